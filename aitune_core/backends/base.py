@@ -1,0 +1,236 @@
+"""The Backend base class: the lifecycle lives here, backends fill in the steps.
+
+A backend subclass implements ``_build`` and ``_infer`` (and, where it holds
+resources, ``_activate``, ``_deactivate`` and ``_deploy``). The public ``build``,
+``activate``, ``deactivate`` and ``deploy`` methods enforce the state machine, run
+plugin lifecycle hooks around each step and keep the bookkeeping, so no backend can
+get those wrong.
+
+Backends given by users are *blueprints*: strategies build copies made by
+:meth:`Backend.blueprint`, never the instance the user passed.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import attrs
+import torch
+
+from aitune_core.backends.state import BackendState, next_state
+from aitune_core.graphs.forward_signature import ForwardSignature
+from aitune_core.graphs.graph_spec import GraphSpec, Sample
+
+B = TypeVar("B", bound="Backend")
+
+
+@attrs.define(frozen=True)
+class BackendConfig:
+    """Base class of backend configs: attrs classes, serialised with cattrs."""
+
+
+@attrs.frozen
+class Availability:
+    """Whether a backend can run here; ``reason`` says why not ("tensorrt not importable")."""
+
+    available: bool
+    reason: str = ""
+
+    @classmethod
+    def yes(cls) -> Availability:
+        return cls(True, "")
+
+    @classmethod
+    def no(cls, reason: str) -> Availability:
+        return cls(False, reason)
+
+
+@attrs.define(eq=False)
+class BuildContext:
+    """Everything a backend may use to build for one graph of one module.
+
+    Fields are only ever added, so backends written against this class keep working.
+    """
+
+    module: torch.nn.Module
+    module_name: str
+    graph_spec: GraphSpec
+    samples: list[Sample]
+    device: torch.device
+    cache_dir: Path
+    signature: ForwardSignature
+
+
+class Backend(abc.ABC):
+    """An inference technology applied to one graph of one module.
+
+    Class attributes a subclass sets:
+
+    * ``name``: the stable registered name (``"eager"``, ``"inductor_jit"``);
+    * ``config_class``: its attrs :class:`BackendConfig` subclass;
+    * ``supported_devices``: device types it can run on.
+    """
+
+    name: ClassVar[str] = ""
+    config_class: ClassVar[type[BackendConfig]] = BackendConfig
+    supported_devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
+
+    def __init__(self, config: BackendConfig | None = None, **overrides: Any) -> None:
+        if config is None:
+            config = self.config_class(**overrides)
+        else:
+            if not isinstance(config, self.config_class):
+                raise TypeError(
+                    f"{type(self).__name__} takes a {self.config_class.__name__}, got {type(config).__name__}"
+                )
+            if overrides:
+                config = attrs.evolve(config, **overrides)
+        self.config = config
+        self._state = BackendState.INIT
+        self.context: BuildContext | None = None
+        self.build_info: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def state(self) -> BackendState:
+        return self._state
+
+    @property
+    def is_jit(self) -> bool:
+        """JIT backends need the original module to activate; others can drop it."""
+        return False
+
+    @classmethod
+    def availability(cls, device: torch.device | str) -> Availability:
+        """Whether this backend can run on ``device`` in this environment."""
+        device = torch.device(device)
+        if device.type not in cls.supported_devices:
+            return Availability.no(f"{cls.__name__} runs on {', '.join(cls.supported_devices)}, not {device.type}")
+        return Availability.yes()
+
+    def config_dict(self) -> dict[str, Any]:
+        from aitune_core.serialization import converter
+
+        return converter().unstructure(self.config)  # type: ignore[no-any-return]
+
+    def key(self) -> str:
+        """A stable identifier of this backend and config, used for cache folders and lookup."""
+        from aitune_core.serialization import stable_hash
+
+        return f"{self.name or type(self).__name__}-{stable_hash(self.config_dict())}"
+
+    def describe(self) -> str:
+        """``ClassName(field=value,...)`` with the fields that differ from their defaults."""
+        changed = []
+        for field in attrs.fields(type(self.config)):
+            value = getattr(self.config, field.name)
+            default = field.default
+            if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+                default = default.factory()  # type: ignore[attr-defined]
+            if value != default:
+                shown = str(value) if isinstance(value, torch.dtype) else repr(value)
+                changed.append(f"{field.name}={shown}")
+        return f"{type(self).__name__}({','.join(changed)})"
+
+    def __repr__(self) -> str:
+        return f"<{self.describe()} {self._state.name}>"
+
+    def blueprint(self: B) -> B:
+        """A fresh, unbuilt copy with the same config: what strategies build."""
+        return type(self)(self.config)
+
+    # ------------------------------------------------------------------ persistence
+    def to_dict(self) -> dict[str, Any]:
+        """Serialisable state. ``Path`` values under ``"artifacts"`` are copied into checkpoints."""
+        return {"config": self.config_dict(), "artifacts": self._artifacts(), "extra": self._extra_state()}
+
+    @classmethod
+    def from_dict(cls: type[B], data: dict[str, Any]) -> B:
+        """Rebuild a backend from :meth:`to_dict` output; it starts CHECKPOINT_LOADED."""
+        from aitune_core.serialization import converter
+
+        backend = cls(converter().structure(data.get("config", {}), cls.config_class))
+        backend._restore({name: Path(path) for name, path in data.get("artifacts", {}).items()}, data.get("extra", {}))
+        backend._state = BackendState.CHECKPOINT_LOADED
+        return backend
+
+    def _artifacts(self) -> dict[str, Path]:
+        """Files this backend needs after a restart (compiled packages, engines, weights)."""
+        return {}
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def _restore(self, artifacts: dict[str, Path], extra: dict[str, Any]) -> None:
+        """Take back what :meth:`_artifacts` and :meth:`_extra_state` gave."""
+
+    # ------------------------------------------------------------------ lifecycle
+    def _transition(self, step: str, action: Callable[[], None]) -> None:
+        target = next_state(self.describe(), step, self._state)
+        from aitune_core.plugins.lifecycle import run_step
+
+        run_step(step, self, action)
+        self._state = target
+
+    def build(self: B, context: BuildContext) -> B:
+        """Build for one graph. Allowed once, from INIT; leaves the backend ACTIVE."""
+        next_state(self.describe(), "build", self._state)
+        self.context = context
+
+        def action() -> None:
+            self._build(context)
+
+        try:
+            self._transition("build", action)
+        except BaseException:
+            self.context = None
+            raise
+        return self
+
+    def activate(self, context: BuildContext | None = None) -> None:
+        """Make an INACTIVE or CHECKPOINT_LOADED backend ready for inference again."""
+        if context is not None:
+            self.context = context
+        self._transition("activate", self._activate)
+
+    def deactivate(self) -> None:
+        """Release what the backend holds for inference; it can be activated again."""
+        self._transition("deactivate", self._deactivate)
+
+    def deploy(self, context: BuildContext | None = None) -> None:
+        """Finalise for serving; no state change is allowed afterwards."""
+        if context is not None:
+            self.context = context
+        self._transition("deploy", self._deploy)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._state is not BackendState.ACTIVE and self._state is not BackendState.DEPLOYED:
+            raise RuntimeError(f"{self.describe()} is {self._state.name}; only ACTIVE or DEPLOYED backends run")
+        return self._infer(*args, **kwargs)
+
+    def inference_callable(self) -> Callable[..., Any]:
+        """The underlying callable that :meth:`__call__` ends in, for overhead measurements."""
+        return self._infer
+
+    # ------------------------------------------------------------------ to implement
+    @abc.abstractmethod
+    def _build(self, context: BuildContext) -> None:
+        """Build what inference needs from ``context`` (module, graph spec, samples, device)."""
+
+    @abc.abstractmethod
+    def _infer(self, *args: Any, **kwargs: Any) -> Any:
+        """Run a call, given exactly as the wrapped module was called."""
+
+    def _activate(self) -> None:
+        """Reload or re-create what :meth:`_deactivate` released."""
+
+    def _deactivate(self) -> None:
+        """Release runtime resources (compiled code, device memory)."""
+
+    def _deploy(self) -> None:
+        """Finalise for serving; from CHECKPOINT_LOADED, load artifacts here."""
+        if self._state is BackendState.CHECKPOINT_LOADED:
+            self._activate()

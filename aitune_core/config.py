@@ -1,0 +1,75 @@
+"""Process-wide settings, read as ``aitune_core.config.<name>``.
+
+Values are checked when they are set, so a typo'd value fails at the assignment that
+made it rather than deep inside a tuning run.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+
+def _default_cache_dir() -> Path:
+    env = os.environ.get("AITUNE_CACHE_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "aitune"
+
+
+def _positive_int(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"config.{attribute.name} must be a whole number of at least 1, got {value!r}")
+
+
+def _one_of(*choices: str) -> Any:
+    def check(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+        if value not in choices:
+            raise ValueError(f"config.{attribute.name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+
+    return check
+
+
+def _to_path(value: Any) -> Path:
+    return Path(value).expanduser()
+
+
+@attrs.define(on_setattr=[attrs.setters.convert, attrs.setters.validate])
+class Config:
+    """aitune's settings.
+
+    strict_mode: non-tensor arguments take part in graph keys (a different ``mode="eval"``
+        is a different graph). Off, only tensors and the call's structure count.
+    max_num_samples_stored: recorded calls kept per graph for building and validation.
+    max_distinct_values_per_argument: in strict mode, how many distinct non-tensor values
+        one argument may take before new values stop creating graphs. A float such as a
+        temperature that changes on every call would otherwise create a graph per call;
+        past the limit such calls run eagerly, with one warning naming the argument.
+    cache_dir: where backends write what they build, one folder per module, graph and backend.
+    fallback: what a tuned module does with a call it was not tuned for (an unseen graph or a
+        shape outside the tuned range): ``"eager"`` runs the original module, ``"raise"`` raises.
+    on_all_candidates_failed: when no candidate of a graph survives, ``"eager"`` keeps that
+        graph eager and goes on; ``"raise"`` stops the tuning.
+    """
+
+    strict_mode: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    max_num_samples_stored: int = attrs.field(default=1, validator=_positive_int)
+    max_distinct_values_per_argument: int = attrs.field(default=8, validator=_positive_int)
+    cache_dir: Path = attrs.field(factory=_default_cache_dir, converter=_to_path)
+    fallback: Literal["eager", "raise"] = attrs.field(default="eager", validator=_one_of("eager", "raise"))
+    on_all_candidates_failed: Literal["eager", "raise"] = attrs.field(
+        default="eager", validator=_one_of("eager", "raise")
+    )
+
+    def reset(self) -> None:
+        """Restore every setting to its default (tests and notebooks use this)."""
+        for field in attrs.fields(Config):
+            default = field.default
+            value = default.factory() if isinstance(default, attrs.Factory) else default  # type: ignore[call-arg]
+            setattr(self, field.name, value)
+
+
+config = Config()

@@ -1,0 +1,67 @@
+"""Graph keys: which calls of a module share one execution graph.
+
+A key is a nested tuple of plain values (strings, numbers, dtypes), so it hashes fast,
+and it can be written to a checkpoint. It captures:
+
+* the parameters supplied (a parameter left at its default is a different structure);
+* the container structure around every value, with container type names and dict keys;
+* for each tensor: rank, dtype and device type. Sizes are *not* in the key: tensors of
+  one rank with other sizes share a graph, whose spec tracks the ranges;
+* in strict mode, the value of every non-tensor leaf: ``mode="train"`` and
+  ``mode="eval"`` are different graphs. Objects with no value semantics are keyed by
+  their type only, so a fresh instance per call does not create a graph per call.
+
+This runs on every tuned call, so it avoids locators and allocates little.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Hashable
+from typing import Any
+
+import torch
+
+from aitune_core.metadata.containers import CONTAINERS
+
+_PRIMITIVES = (bool, int, float, str, bytes, type(None))
+_type_names: dict[type, str] = {}
+
+
+def type_name(cls: type) -> str:
+    name = _type_names.get(cls)
+    if name is None:
+        name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+        _type_names[cls] = name
+    return name
+
+
+def leaf_value_key(value: Any) -> Hashable:
+    """The key of a non-tensor leaf in strict mode."""
+    cls = type(value)
+    if cls in _PRIMITIVES:
+        return ("V", cls.__name__, value)
+    if isinstance(value, enum.Enum):
+        return ("V", type_name(cls), value.name)
+    if isinstance(value, (torch.dtype, torch.device)):
+        return ("V", type_name(cls), str(value))
+    return ("O", type_name(cls))
+
+
+def value_key(value: Any, strict: bool) -> Hashable:
+    if isinstance(value, torch.Tensor):
+        return ("T", value.dim(), value.dtype, value.device.type)
+    cls = type(value)
+    if cls is tuple or cls is list:
+        return (cls.__name__, tuple([value_key(item, strict) for item in value]))
+    if cls is dict:
+        return ("dict", tuple([(k, value_key(v, strict)) for k, v in value.items()]))
+    container = CONTAINERS.lookup(cls)
+    if container is not None:
+        return (type_name(cls), tuple([(step, value_key(child, strict)) for step, child in container.flatten(value)]))
+    return leaf_value_key(value) if strict else None
+
+
+def graph_key(arguments: dict[str, Any], strict: bool) -> tuple[Hashable, ...]:
+    """The graph key of a normalised call (see :class:`ForwardSignature`)."""
+    return tuple([(name, value_key(value, strict)) for name, value in arguments.items()])

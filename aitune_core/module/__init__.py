@@ -1,0 +1,5 @@
+"""The module wrapper: recording, tuned routing and passthrough."""
+
+from aitune_core.module.wrapper import MODULE_REGISTRY, Module, ModuleState, UnsupportedCallError
+
+__all__ = ["MODULE_REGISTRY", "Module", "ModuleState", "UnsupportedCallError"]

@@ -1,0 +1,86 @@
+"""Routing tuned calls: a dict lookup by graph key, then a shape check, then the backend.
+
+Everything that can be worked out ahead of time is, when the route is made: which
+arguments hold tensors, the size range of every axis, and whether batch axes must be
+checked for a common batch size. A call then costs the key, one lookup and a few
+integer comparisons.
+
+Compiled backends may not check their own bounds (an AOT Inductor package built for
+batch <= 8 happily runs batch 2000), so a shape outside the tuned range never reaches
+the backend: it goes to eager, or raises when ``config.fallback == "raise"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+from aitune_core.graphs.graph_spec import GraphSpec
+from aitune_core.metadata.locator import Locator
+
+_MAX_REPORTED_UNSEEN = 16
+
+
+class _TensorCheck:
+    __slots__ = ("batch_multipliers", "highs", "locator", "lows", "root")
+
+    def __init__(self, locator: Locator, lows: list[int], highs: list[int], multipliers: dict[int, int]) -> None:
+        self.locator = locator
+        self.root = locator.root if not locator.keys else None
+        self.lows = tuple(lows)
+        self.highs = tuple(highs)
+        self.batch_multipliers = tuple(multipliers.items())
+
+
+class Route:
+    """A graph's backend and the checks a call must pass to use it."""
+
+    __slots__ = ("backend", "check_batch", "checks", "graph")
+
+    def __init__(self, graph: GraphSpec, backend: Any) -> None:
+        self.graph = graph
+        self.backend = backend
+        self.checks = [
+            _TensorCheck(locator, spec.min_shape, spec.max_shape, spec.get_batch_axis_multipliers())
+            for locator, spec in graph.input_spec.tensor_data
+        ]
+        multipliers = [m for check in self.checks for _, m in check.batch_multipliers]
+        # One batch axis with multiplier 1 needs no extra check: its range check is enough.
+        self.check_batch = len(multipliers) > 1 or any(m != 1 for m in multipliers)
+
+    def mismatch(self, arguments: dict[str, Any]) -> str | None:
+        """None when the call fits the tuned shapes, else why it does not."""
+        batch: int | None = None
+        for check in self.checks:
+            tensor = arguments[check.root] if check.root is not None else check.locator.get(arguments)
+            shape = tensor.shape
+            for size, low, high in zip(shape, check.lows, check.highs, strict=False):
+                if size < low or size > high:
+                    return (
+                        f"`{check.locator.display_path}` has shape {list(shape)}, outside the tuned range "
+                        f"{list(check.lows)}..{list(check.highs)}"
+                    )
+            if self.check_batch:
+                for axis, multiplier in check.batch_multipliers:
+                    implied, remainder = divmod(shape[axis], multiplier)
+                    if remainder or (batch is not None and implied != batch):
+                        return (
+                            f"`{check.locator.display_path}` axis {axis} does not match the batch of the other inputs"
+                        )
+                    batch = implied
+        return None
+
+
+class UnseenCalls:
+    """Remembers which unseen graph keys were already warned about, up to a bound."""
+
+    def __init__(self) -> None:
+        self._warned: set[Hashable] = set()
+        self.count = 0
+
+    def first_time(self, key: Hashable) -> bool:
+        self.count += 1
+        if key in self._warned or len(self._warned) >= _MAX_REPORTED_UNSEEN:
+            return False
+        self._warned.add(key)
+        return True
