@@ -1,5 +1,148 @@
-from aitune_core.backends import Backend, BackendConfig, BackendState, TorchEagerBackend
+"""aitune: tune PyTorch inference on real data, and route calls to the fastest correct backend.
+
+Wrap what should be tuned with :class:`Module`, call :func:`tune` with a few batches
+of real data, and later calls go to the backend that won for their graph.
+
+Names are imported on first access, so ``import aitune_core`` stays cheap next to
+``import torch``; ``from aitune_core import tune`` works as usual.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from aitune_core._version import __version__
+
+# Imported eagerly: loading the submodule ``aitune_core.config`` (which any internal
+# import does) sets the package attribute ``config`` to that submodule, which would
+# then shadow the lazy ``__getattr__`` and make ``aitune_core.config.strict_mode = ...``
+# a silent no-op. Binding the instance here, after the submodule is loaded, keeps it.
 from aitune_core.config import config
-from aitune_core.graphs import GraphSpec
-from aitune_core.metadata import InfoLevel, Locator, SampleMetadata, TensorSpec
-from aitune_core.module import Module
+
+_EXPORTS: dict[str, str] = {
+    "Availability": "aitune_core.backends",
+    "Backend": "aitune_core.backends",
+    "BackendConfig": "aitune_core.backends",
+    "BackendState": "aitune_core.backends",
+    "BuildContext": "aitune_core.backends",
+    "IllegalStateTransitionError": "aitune_core.backends",
+    "TorchEagerBackend": "aitune_core.backends",
+    "TorchEagerBackendConfig": "aitune_core.backends",
+    "config": "aitune_core.config",
+    "BATCH_SIZE_KEY": "aitune_core.context",
+    "global_context": "aitune_core.context",
+    "ForwardSignature": "aitune_core.graphs",
+    "GraphSpec": "aitune_core.graphs",
+    "Sample": "aitune_core.graphs",
+    "InfoLevel": "aitune_core.metadata",
+    "Locator": "aitune_core.metadata",
+    "SampleMetadata": "aitune_core.metadata",
+    "TensorSpec": "aitune_core.metadata",
+    "register_container": "aitune_core.metadata",
+    "Module": "aitune_core.module",
+    "ModuleState": "aitune_core.module",
+    "UnsupportedCallError": "aitune_core.module",
+    "hookimpl": "aitune_core.plugins",
+    "ProfileConfig": "aitune_core.profiling",
+    "TuneReport": "aitune_core.reporting",
+    "FirstWinsStrategy": "aitune_core.strategies",
+    "LatencyBudgetStrategy": "aitune_core.strategies",
+    "MaxThroughputStrategy": "aitune_core.strategies",
+    "MinLatencyStrategy": "aitune_core.strategies",
+    "OneBackendStrategy": "aitune_core.strategies",
+    "TuneStrategy": "aitune_core.strategies",
+    "TuningError": "aitune_core.tuning",
+    "tune": "aitune_core.tuning",
+    "Tolerance": "aitune_core.validation",
+    "Tolerances": "aitune_core.validation",
+}
+
+# Subpackages that are also public names: ``aitune_core.plugins()`` lists plugins.
+_SUBPACKAGES = frozenset({"plugins"})
+
+__all__ = [
+    "BATCH_SIZE_KEY",
+    "Availability",
+    "Backend",
+    "BackendConfig",
+    "BackendState",
+    "BuildContext",
+    "FirstWinsStrategy",
+    "ForwardSignature",
+    "GraphSpec",
+    "IllegalStateTransitionError",
+    "InfoLevel",
+    "LatencyBudgetStrategy",
+    "Locator",
+    "MaxThroughputStrategy",
+    "MinLatencyStrategy",
+    "Module",
+    "ModuleState",
+    "OneBackendStrategy",
+    "ProfileConfig",
+    "Sample",
+    "SampleMetadata",
+    "TensorSpec",
+    "Tolerance",
+    "Tolerances",
+    "TorchEagerBackend",
+    "TorchEagerBackendConfig",
+    "TuneReport",
+    "TuneStrategy",
+    "TuningError",
+    "UnsupportedCallError",
+    "__version__",
+    "config",
+    "global_context",
+    "hookimpl",
+    "plugins",
+    "register_container",
+    "tune",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"aitune_core.{name}")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'aitune_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:
+    from aitune_core.backends import (
+        Availability,
+        Backend,
+        BackendConfig,
+        BackendState,
+        BuildContext,
+        IllegalStateTransitionError,
+        TorchEagerBackend,
+        TorchEagerBackendConfig,
+    )
+    from aitune_core.config import config
+    from aitune_core.context import BATCH_SIZE_KEY, global_context
+    from aitune_core.graphs import ForwardSignature, GraphSpec, Sample
+    from aitune_core.metadata import InfoLevel, Locator, SampleMetadata, TensorSpec, register_container
+    from aitune_core.module import Module, ModuleState, UnsupportedCallError
+    from aitune_core.plugins import hookimpl
+    from aitune_core.profiling import ProfileConfig
+    from aitune_core.reporting import TuneReport
+    from aitune_core.strategies import (
+        FirstWinsStrategy,
+        LatencyBudgetStrategy,
+        MaxThroughputStrategy,
+        MinLatencyStrategy,
+        OneBackendStrategy,
+        TuneStrategy,
+    )
+    from aitune_core.tuning import TuningError, tune
+    from aitune_core.validation import Tolerance, Tolerances

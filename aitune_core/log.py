@@ -18,8 +18,6 @@ import threading
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-import structlog
-
 _listeners: list[list[dict[str, Any]]] = []
 _lock = threading.Lock()
 _logger: Any = None
@@ -41,6 +39,8 @@ def _level() -> int:
 
 
 def _build() -> Any:
+    import structlog  # imported on first log call, keeping `import aitune_core` light
+
     json_output = os.environ.get("AITUNE_LOG_FORMAT", "").lower() == "json"
     processors: list[Any] = [
         structlog.processors.add_log_level,

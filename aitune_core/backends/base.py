@@ -23,6 +23,7 @@ import torch
 from aitune_core.backends.state import BackendState, next_state
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
+from aitune_core.validation.tolerances import Tolerances
 
 B = TypeVar("B", bound="Backend")
 
@@ -137,6 +138,10 @@ class Backend(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<{self.describe()} {self._state.name}>"
+
+    def default_tolerances(self) -> Tolerances:
+        """Tolerances this backend needs against eager; quantizing backends widen them."""
+        return Tolerances()
 
     def blueprint(self: B) -> B:
         """A fresh, unbuilt copy with the same config: what strategies build."""

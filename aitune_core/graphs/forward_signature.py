@@ -53,7 +53,8 @@ class ForwardSignature:
 
         Parameters left at their defaults are not included: leaving one out is a
         different call structure from passing it. ``*args`` appear as a tuple and
-        ``**kwargs`` as a dict under their own names.
+        ``**kwargs`` as a dict under their own names, sorted by keyword so that the
+        order the keywords were written in does not matter.
         """
         shape = (len(args), tuple(kwargs))
         plan = self._plans.get(shape)
@@ -100,7 +101,7 @@ class ForwardSignature:
             if count:
                 plan.append(("args", "vp", tuple(range(count))))
             if names:
-                plan.append(("kwargs", "vk", names))
+                plan.append(("kwargs", "vk", tuple(sorted(names))))
             return tuple(plan)
         bound = self.signature.bind(*(_Positional(i) for i in range(count)), **{n: _Keyword(n) for n in names})
         plan = []
@@ -112,5 +113,5 @@ class ForwardSignature:
             elif isinstance(value, tuple):
                 plan.append((name, "vp", tuple(v.index for v in value)))
             else:
-                plan.append((name, "vk", tuple(v.name for v in value.values())))
+                plan.append((name, "vk", tuple(sorted(v.name for v in value.values()))))
         return tuple(plan)

@@ -149,10 +149,7 @@ class SampleMetadata:
         """
         _check_batch_size(batch_size, allow_none=False)
 
-        def target(locator: Locator, tensor: torch.Tensor) -> list[int] | None:
-            spec = self._spec_or_none(locator)
-            if spec is None:
-                return None
+        def target(spec: TensorSpec, tensor: torch.Tensor) -> list[int] | None:
             multipliers = spec.get_batch_axis_multipliers()
             if not multipliers:
                 return None
@@ -172,10 +169,7 @@ class SampleMetadata:
         if which not in ("min", "opt", "max"):
             raise ValueError(f"which must be 'min', 'opt' or 'max', got {which!r}")
 
-        def target(locator: Locator, tensor: torch.Tensor) -> list[int] | None:
-            spec = self._spec_or_none(locator)
-            if spec is None:
-                return None
+        def target(spec: TensorSpec, tensor: torch.Tensor) -> list[int] | None:
             return {"min": spec.min_shape, "opt": spec.opt_shape, "max": spec.max_shape}[which]
 
         return self._resize_leaves(inputs, target)
@@ -190,7 +184,15 @@ class SampleMetadata:
         def visit(locator: Locator, leaf: Any) -> Any:
             if not isinstance(leaf, torch.Tensor):
                 return leaf
-            shape = target(locator, leaf)
+            spec = self._spec_or_none(locator)
+            if spec is None:
+                return leaf
+            if leaf.dim() != spec.rank:
+                raise ValueError(
+                    f"tensor `{locator.display_path}` has rank {leaf.dim()} (shape {list(leaf.shape)}) but was "
+                    f"recorded with rank {spec.rank}; a different rank is a different graph"
+                )
+            shape = target(spec, leaf)
             return leaf if shape is None else resize(leaf, shape)
 
         if self.is_output:

@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tabulate import tabulate
-
 TENSOR_HEADERS_FULL = ["Access Path", "Semantic Path", "Shape", "Min Shape", "Max Shape", "Dtype"]
 TENSOR_HEADERS_MEDIUM = ["Access Path", "Semantic Path", "Shape"]
 OTHER_HEADERS = ["Access Path", "Semantic Path", "Value"]
 
 
 def render_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], fmt: str) -> str:
+    from tabulate import tabulate  # imported on first use: it is not needed to record or route calls
+
     return tabulate(
         [[str(cell) for cell in row] for row in rows],
         headers=list(headers),

@@ -63,6 +63,7 @@ class GraphRecorder:
         self._values_seen: dict[Locator, set[Hashable]] = {}
         self._capped: set[Locator] = set()
         self._log = get_logger(module=module_name)
+        self.calls = 0
 
     @property
     def graph_specs(self) -> list[GraphSpec]:
@@ -77,6 +78,7 @@ class GraphRecorder:
         return key
 
     def record(self, forward: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self.calls += 1
         arguments = self.signature.normalize(args, kwargs)
         strict = config.strict_mode
         batch_size = current_batch_size()

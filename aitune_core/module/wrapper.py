@@ -222,11 +222,32 @@ class Module(nn.Module):
         self.__dict__["_unseen"] = UnseenCalls()
         self.__dict__["_state"] = ModuleState.TUNED
 
-    def start_recording(self) -> None:
-        """Release tuned backends and record calls again (``tune`` does this first)."""
+    def start_recording(self) -> ModuleState:
+        """Record calls again (``tune`` does this while gathering); returns the state before.
+
+        Tuned backends are kept until :meth:`drop_routes`, so a module that the gathering
+        does not reach can go back to routing with :meth:`restore`.
+        """
+        previous: ModuleState = self._state
+        self.__dict__["_state"] = ModuleState.RECORDING
+        return previous
+
+    def restore(self, state: ModuleState) -> None:
+        """Go back to a state saved by :meth:`start_recording`."""
+        if state is ModuleState.TUNED and self._routes:
+            self.activate()
+        else:
+            self.__dict__["_state"] = state if state is not ModuleState.TUNED else ModuleState.RECORDING
+
+    def drop_routes(self) -> None:
+        """Release and forget tuned backends (before tuning anew)."""
         self._release_backends()
         self.__dict__["_routes"] = {}
-        self.__dict__["_state"] = ModuleState.RECORDING
+
+    @property
+    def recorded_calls(self) -> int:
+        """How many calls this module has recorded; ``tune`` uses it to see which modules ran."""
+        return self._recorder.calls  # type: ignore[no-any-return]
 
     def deactivate(self) -> None:
         """Release tuned backends; calls run the original module until :meth:`activate`."""

@@ -1,0 +1,118 @@
+"""Turning a user's dataset into the calls that ``tune`` makes, one batch size at a time.
+
+A dataset is a sequence of *unbatched* samples: tensors, tuples (positional
+arguments), dicts (keyword arguments), or anything else passed as the single
+argument. A torch ``Dataset`` and a single tensor (its first axis taken as samples)
+work too. Samples are stacked into batches of each requested size, cycling through
+the data when it is shorter than the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from aitune_core.metadata.containers import CONTAINERS
+
+
+class DatasetError(ValueError):
+    """The dataset or batch sizes given to ``tune`` cannot be used."""
+
+
+def as_sample_list(dataset: Any) -> list[Any]:
+    if isinstance(dataset, torch.Tensor):
+        if dataset.dim() == 0:
+            raise DatasetError("a single tensor dataset needs at least one axis: its first axis holds the samples")
+        samples = list(dataset.unbind(0))
+    elif isinstance(dataset, (str, bytes)):
+        raise DatasetError(f"dataset must be a sequence of samples, got {type(dataset).__name__}")
+    elif isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__len__"):
+        samples = list(dataset)
+    else:
+        samples = [dataset[index] for index in range(len(dataset))]
+    if not samples:
+        raise DatasetError("the dataset is empty; tune needs at least one sample of real input data")
+    return samples
+
+
+def check_batch_sizes(batch_sizes: Sequence[int] | None) -> list[int] | None:
+    if batch_sizes is None:
+        return None
+    if isinstance(batch_sizes, int):
+        batch_sizes = [batch_sizes]
+    result: list[int] = []
+    for size in batch_sizes:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise DatasetError(f"batch sizes must be whole numbers of at least 1, got {size!r}")
+        if size not in result:
+            result.append(size)
+    if not result:
+        raise DatasetError("batch_sizes is empty; give at least one batch size, or None to use samples as calls")
+    return result
+
+
+def collate(items: list[Any], where: str = "sample") -> Any:
+    """Stack a list of samples of one structure into one batch."""
+    first = items[0]
+    if isinstance(first, torch.Tensor):
+        shapes = {tuple(item.shape) for item in items}
+        if len(shapes) > 1:
+            raise DatasetError(
+                f"{where}: samples have different shapes {sorted(shapes)}; they cannot be stacked into one batch. "
+                "Pad them to one shape, or pass batch_sizes=None and give complete calls"
+            )
+        return torch.stack(items)
+    container = CONTAINERS.lookup(type(first))
+    if container is not None:
+        children = [container.flatten(item) for item in items]
+        steps = [step for step, _ in children[0]]
+        if any([step for step, _ in child] != steps for child in children):
+            raise DatasetError(f"{where}: samples have different structures and cannot be batched together")
+        collated = [
+            collate([child[index][1] for child in children], f"{where}[{step!r}]") for index, step in enumerate(steps)
+        ]
+        return container.unflatten(first, collated)
+    if all(item == first for item in items[1:]):
+        return first
+    if all(isinstance(item, (int, float)) and not isinstance(item, bool) for item in items):
+        return torch.tensor(items)
+    return list(items)
+
+
+def to_call(batch: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Tuples and lists are positional arguments, dicts keyword arguments, anything else one argument."""
+    if isinstance(batch, dict) and all(isinstance(key, str) for key in batch):
+        return (), dict(batch)
+    if isinstance(batch, (tuple, list)) and not hasattr(batch, "_fields"):
+        return tuple(batch), {}
+    return (batch,), {}
+
+
+def samples_generator(
+    dataset: Any, batch_sizes: Sequence[int] | None, max_num_batches_per_batch_size: int | None = None
+) -> Iterator[tuple[int | None, tuple[Any, ...], dict[str, Any]]]:
+    """Yield ``(batch_size, args, kwargs)`` for every call ``tune`` makes while gathering.
+
+    With ``batch_sizes=None`` each dataset item is one complete call, used as given.
+    """
+    samples = as_sample_list(dataset)
+    sizes = check_batch_sizes(batch_sizes)
+    limit = max_num_batches_per_batch_size
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise DatasetError(f"max_num_batches_per_batch_size must be a whole number of at least 1, got {limit!r}")
+    if sizes is None:
+        for item in samples[: limit or len(samples)]:
+            args, kwargs = to_call(item)
+            yield None, args, kwargs
+        return
+    for size in sizes:
+        count = max(1, math.ceil(len(samples) / size))
+        if limit is not None:
+            count = min(count, limit)
+        for index in range(count):
+            items = [samples[(index * size + offset) % len(samples)] for offset in range(size)]
+            args, kwargs = to_call(collate(items))
+            yield size, args, kwargs

@@ -1,0 +1,1 @@
+"""Bundled demo models and the ``aitune demo`` run."""

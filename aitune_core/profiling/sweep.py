@@ -1,0 +1,91 @@
+"""Which batch sizes to profile, and the search for the batch size with the best throughput.
+
+The search doubles the batch from the largest recorded one, and stops at the first of:
+throughput no longer rising by ``saturation``, the memory guard, an out-of-memory
+error, ``max_batch_size``, or the time budget. Without such bounds a search can climb
+to batch 262,144 and spend half an hour there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from aitune_core.profiling.measurement import Measurement, ProfileConfig, measure
+from aitune_core.validation.inputs import CallInputs
+
+MEMORY_FRACTION = 0.25
+
+
+def sweep_batch_sizes(low: int, high: int) -> list[int]:
+    """Powers of two from ``low`` to ``high``, with both ends included."""
+    sizes = {low, high}
+    size = 1
+    while size < high:
+        if size > low:
+            sizes.add(size)
+        size *= 2
+    return sorted(sizes)
+
+
+def available_memory_bytes(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def call_bytes(call: CallInputs) -> int:
+    total = 0
+    for value in (*call.args, *call.kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            total += value.numel() * value.element_size()
+    return total
+
+
+def search_max_batch(
+    fn: Callable[..., Any],
+    make_call: Callable[[int], CallInputs],
+    start: int,
+    device: torch.device,
+    config: ProfileConfig,
+    log: Any,
+) -> tuple[int, list[Measurement]]:
+    """Find the batch size past which throughput stops growing (see module docstring)."""
+    deadline = time.perf_counter() + config.max_batch_search_time_s
+    memory = available_memory_bytes(device)
+    measurements: list[Measurement] = []
+    best_batch = start
+    best: Measurement | None = None
+    batch = start
+    while batch <= config.max_batch_size:
+        call = make_call(batch)
+        if memory is not None and call_bytes(call) * 4 > memory * MEMORY_FRACTION:
+            log.info("max batch search stopped", reason="memory guard", batch_size=batch)
+            break
+        try:
+            result = measure(fn, call, config, batch)
+        except torch.OutOfMemoryError:
+            log.info("max batch search stopped", reason="out of memory", batch_size=batch)
+            break
+        measurements.append(result)
+        if best is not None and result.throughput < best.throughput * config.saturation:
+            if result.throughput > best.throughput:
+                best, best_batch = result, batch
+            break
+        best, best_batch = result, batch
+        if time.perf_counter() > deadline:
+            log.info("max batch search stopped", reason="time budget", batch_size=batch)
+            break
+        batch *= 2
+    return best_batch, measurements

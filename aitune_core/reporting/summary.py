@@ -1,0 +1,94 @@
+"""The tuning report: every candidate of every graph, how it fared, and the winners."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from aitune_core.metadata.tables import render_table
+from aitune_core.strategies.candidates import CandidateResult
+
+SUMMARY_HEADERS = [
+    "Module",
+    "Graph",
+    "Backend",
+    "Status",
+    "Throughput (samples/s)",
+    "Latency p50/p90 (ms)",
+    "Batch",
+    "Speedup vs eager",
+    "Reason",
+]
+
+
+@attrs.define(eq=False)
+class GraphReport:
+    module: str
+    graph: str
+    strategy: str
+    candidates: list[CandidateResult]
+    eager_throughput: float | None = None
+
+    @property
+    def selected(self) -> CandidateResult | None:
+        for candidate in self.candidates:
+            if candidate.status in ("selected", "fallback"):
+                return candidate
+        return None
+
+
+@attrs.define(eq=False)
+class TuneReport:
+    """What ``tune`` did. ``print(report)`` shows the summary table."""
+
+    graphs: list[GraphReport] = attrs.field(factory=list)
+    timings: dict[str, float] = attrs.field(factory=dict)
+    dry_run: bool = False
+    plan: list[str] = attrs.field(factory=list)
+
+    def selected(self, module: str, graph: str = "0") -> str | None:
+        for report in self.graphs:
+            if report.module == module and report.graph == graph and report.selected is not None:
+                return report.selected.backend
+        return None
+
+    def rows(self) -> list[list[Any]]:
+        rows = []
+        for report in self.graphs:
+            for candidate in report.candidates:
+                measurement = candidate.measurement
+                status = "✓ selected" if candidate.status == "selected" else candidate.status
+                if candidate.status == "fallback":
+                    status = "✓ fallback"
+                rows.append(
+                    [
+                        report.module,
+                        report.graph,
+                        candidate.backend,
+                        status,
+                        f"{measurement.throughput:.2f}" if measurement else "-",
+                        f"{measurement.median_ms:.3f} / {measurement.p90_ms:.3f}" if measurement else "-",
+                        measurement.batch_size if measurement else "-",
+                        f"{candidate.speedup:.2f}x" if candidate.speedup else "-",
+                        _short(candidate.reason),
+                    ]
+                )
+        return rows
+
+    def summary(self) -> str:
+        if self.dry_run:
+            return "Dry run, nothing was built. Plan:\n" + "\n".join(self.plan)
+        text = render_table(self.rows(), SUMMARY_HEADERS, "fancy_grid")
+        if self.timings:
+            parts = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in self.timings.items())
+            text += f"\nTime: {parts}"
+        return text
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def _short(text: str, limit: int = 90) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,304 @@
+"""TuneStrategy: how a graph's backend is chosen.
+
+A strategy receives the graph, its recorded samples and the candidates (blueprints),
+and returns one built, ACTIVE backend. Subclasses implement ``_tune`` and may extend
+``_pre_tune``/``_post_tune``. The shared steps (build a copy, validate against eager,
+profile, compare with the eager baseline) live in :meth:`TuneStrategy.evaluate`, so
+custom strategies get the same checks and the same summary rows for free.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+
+from aitune_core.backends.base import Backend
+from aitune_core.backends.eager import TorchEagerBackend
+from aitune_core.graphs.forward_signature import ForwardSignature
+from aitune_core.graphs.graph_spec import GraphSpec, Sample
+from aitune_core.log import get_logger
+from aitune_core.profiling.measurement import Measurement, ProfileConfig
+from aitune_core.strategies.candidates import (
+    CandidateRejectedError,
+    CandidateResult,
+    GraphSession,
+    build_candidate,
+    release,
+)
+from aitune_core.validation.tolerances import Tolerances
+
+DEFAULT_PERFORMANCE_GATE = 1.01
+
+
+class TuneStrategy(abc.ABC):
+    """Base of all strategies.
+
+    backends: the candidates, in priority order. None takes the defaults that the
+        installed plugins offer for the device, skipping unavailable ones with a reason.
+    performance_gate: how much faster than eager a backend must be to replace it
+        (1.01 = 1% faster).
+    tolerances: per-dtype tolerances for comparing with eager, on top of each backend's own.
+    profile: how long and how to measure.
+    """
+
+    name: ClassVar[str] = "Tune Strategy"
+    description: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        backends: Sequence[Backend] | None = None,
+        *,
+        performance_gate: float = DEFAULT_PERFORMANCE_GATE,
+        tolerances: Tolerances | None = None,
+        profile: ProfileConfig | None = None,
+    ) -> None:
+        if backends is not None:
+            backends = list(backends)
+            for backend in backends:
+                if not isinstance(backend, Backend):
+                    raise TypeError(f"{type(self).__name__} takes Backend instances, got {type(backend).__name__}")
+        if performance_gate <= 0:
+            raise ValueError(f"performance_gate must be positive, got {performance_gate}")
+        self.backends: list[Backend] | None = backends
+        self.performance_gate = performance_gate
+        self.tolerances = tolerances or Tolerances()
+        self.profile_config = profile or ProfileConfig()
+        self.correctness_check = True
+        self.performance_validation = True
+        self.results: list[CandidateResult] = []
+        self.session: GraphSession | None = None
+
+    # ------------------------------------------------------------------ switches
+    def enable_correctness_check(self, enabled: bool) -> TuneStrategy:
+        """Turn comparing candidates with eager on or off (on by default)."""
+        self.correctness_check = bool(enabled)
+        return self
+
+    def enable_performance_validation(self, enabled: bool) -> TuneStrategy:
+        """Turn eager baseline profiling, the performance gate and speedups on or off."""
+        self.performance_validation = bool(enabled)
+        return self
+
+    def describe(self) -> str:
+        names = ", ".join(b.describe() for b in self.backends) if self.backends is not None else "plugin defaults"
+        return f"{type(self).__name__}([{names}])"
+
+    # ------------------------------------------------------------------ entry point
+    def tune(
+        self,
+        module: torch.nn.Module,
+        name: str,
+        graph_spec: GraphSpec,
+        data: list[Sample],
+        device: torch.device,
+        cache_dir: Path,
+        signature: ForwardSignature | None = None,
+    ) -> Backend:
+        """Choose, build and return the backend for one graph (ACTIVE)."""
+        self.results = []
+        self.session = GraphSession(
+            module=module,
+            module_name=name,
+            graph=graph_spec,
+            samples=data,
+            device=device,
+            cache_dir=cache_dir,
+            signature=signature or ForwardSignature(module.forward),
+            tolerances=self.tolerances,
+            profile_config=self.profile_config,
+            log=get_logger(module=name, graph=graph_spec.name, strategy=type(self).__name__),
+        )
+        start = time.perf_counter()
+        self._pre_tune(module, name, graph_spec, data, device, cache_dir)
+        backend = self._tune(module, name, graph_spec, data, device, cache_dir)
+        self._post_tune(module, name, graph_spec, data, device, cache_dir)
+        self.session.log.info(
+            "strategy finished", selected=backend.describe(), duration_s=round(time.perf_counter() - start, 3)
+        )
+        return backend
+
+    def _pre_tune(
+        self,
+        module: torch.nn.Module,
+        name: str,
+        graph_spec: GraphSpec,
+        data: list[Sample],
+        device: torch.device,
+        cache_dir: Path,
+    ) -> None:
+        """Runs before :meth:`_tune`; extend to prepare shared state."""
+
+    def _post_tune(
+        self,
+        module: torch.nn.Module,
+        name: str,
+        graph_spec: GraphSpec,
+        data: list[Sample],
+        device: torch.device,
+        cache_dir: Path,
+    ) -> None:
+        """Runs after :meth:`_tune`; extend to clean up or report."""
+
+    @abc.abstractmethod
+    def _tune(
+        self,
+        module: torch.nn.Module,
+        name: str,
+        graph_spec: GraphSpec,
+        data: list[Sample],
+        device: torch.device,
+        cache_dir: Path,
+    ) -> Backend:
+        """Return the tuned, ACTIVE backend for this graph; copy blueprints, never build them."""
+
+    # ------------------------------------------------------------------ helpers for subclasses
+    def candidates(self, device: torch.device) -> list[Backend]:
+        """The candidates available on ``device``; unavailable ones are logged and recorded as skipped."""
+        assert self.session is not None
+        blueprints = self.backends if self.backends is not None else _plugin_defaults(device)
+        available = []
+        for blueprint in blueprints:
+            availability = blueprint.availability(device)
+            if availability.available:
+                available.append(blueprint)
+            else:
+                self.session.log.info("backend skipped", backend=blueprint.describe(), reason=availability.reason)
+                self.results.append(
+                    CandidateResult(
+                        blueprint.describe(), "skipped", "availability", availability.reason, key=blueprint.key()
+                    )
+                )
+        return available
+
+    def evaluate(self, blueprint: Backend, profile_at: list[int | None], raise_errors: bool = False) -> CandidateResult:
+        """Build a copy of ``blueprint``, validate it and profile it at ``profile_at``.
+
+        The result's ``instance`` is the ACTIVE backend when every step passed. With
+        ``raise_errors``, a build or validation exception propagates unchanged (for
+        OneBackendStrategy) instead of becoming a failed result.
+        """
+        session = self.session
+        assert session is not None
+        result = CandidateResult(blueprint.describe(), "failed", key=blueprint.key())
+        self.results.append(result)
+        log = session.log.bind(backend=result.backend)
+        backend: Backend | None = None
+        stage = "build"
+        try:
+            backend = build_candidate(session, blueprint, result)
+            result.instance = backend
+            stage = "validation"
+            if self.correctness_check:
+                tolerances = backend.default_tolerances().merged(self.tolerances)
+                validation = session.reference.validate(backend, tolerances)
+                result.validate_s = validation.duration_s
+                result.max_abs_error = validation.max_abs_error
+                result.max_rel_error = validation.max_rel_error
+                if not validation.passed:
+                    raise _ValidationFailed(validation.reason)
+                log.info(
+                    "validated",
+                    checked=", ".join(validation.checked),
+                    duration_s=round(validation.duration_s, 3),
+                    max_abs_error=float(f"{validation.max_abs_error:.3g}"),
+                )
+            stage = "profile"
+            start = time.perf_counter()
+            result.sweep = [session.profile(backend, size) for size in profile_at]
+            result.profile_s = time.perf_counter() - start
+            result.measurement = max(result.sweep, key=lambda m: m.throughput) if result.sweep else None
+            if result.measurement is not None:
+                log.info(
+                    "profiled",
+                    throughput=round(result.measurement.throughput, 2),
+                    batch_size=result.measurement.batch_size,
+                    latency_ms=round(result.measurement.median_ms, 4),
+                    duration_s=round(result.profile_s, 3),
+                )
+            result.status = "passed"
+        except _ValidationFailed as failure:
+            result.status, result.stage, result.reason = "rejected", stage, str(failure)
+            log.warning("validation failed", reason=result.reason)
+            if raise_errors:
+                release(backend)
+                raise CandidateRejectedError(result) from None
+        except Exception as error:
+            result.status, result.stage = "failed", stage
+            result.reason = f"{type(error).__name__}: {error}".strip()
+            log.warning(f"{stage} failed", reason=result.reason)
+            if raise_errors:
+                release(backend)
+                raise
+        if result.status != "passed":
+            release(backend)
+            result.instance = None
+        return result
+
+    def eager_baseline(self, batch_size: int | None) -> Measurement | None:
+        """Eager's timing at ``batch_size``, or None when performance validation is off."""
+        if not self.performance_validation:
+            return None
+        assert self.session is not None
+        return self.session.eager_timing(batch_size)
+
+    def passes_gate(self, result: CandidateResult, at: Measurement | None) -> bool:
+        """Record the speedup over eager and check it against the performance gate."""
+        if not self.performance_validation or result.measurement is None:
+            return True
+        if _is_plain_eager(result.instance):
+            return True  # eager is the baseline itself; there is nothing to gate
+        assert self.session is not None
+        batch = result.measurement.batch_size if self.session.batch_range() else None
+        baseline = self.eager_baseline(batch)
+        if baseline is None:
+            return True
+        result.speedup = result.measurement.throughput / baseline.throughput
+        if result.speedup < self.performance_gate:
+            result.status, result.stage = "rejected", "performance"
+            result.reason = (
+                f"{result.speedup:.2f}x eager at batch {result.measurement.batch_size}, "
+                f"below the {self.performance_gate:.2f}x gate"
+            )
+            return False
+        return True
+
+    def eager_fallback(self, reason: str) -> Backend:
+        """Build the eager backend for this graph: the answer when no candidate qualifies."""
+        assert self.session is not None
+        backend = TorchEagerBackend().build(self.session.context(TorchEagerBackend()))
+        self.results.append(
+            CandidateResult("TorchEagerBackend()", "fallback", reason=reason, key=backend.key(), instance=backend)
+        )
+        self.session.log.info("falling back to eager", reason=reason)
+        return backend
+
+    def select(self, result: CandidateResult) -> Backend:
+        result.status = "selected"
+        assert result.instance is not None
+        assert self.session is not None
+        self.session.log.info(
+            "selected",
+            backend=result.backend,
+            throughput=round(result.measurement.throughput, 2) if result.measurement else None,
+            speedup=round(result.speedup, 3) if result.speedup else None,
+        )
+        return result.instance
+
+
+def _is_plain_eager(backend: Backend | None) -> bool:
+    return isinstance(backend, TorchEagerBackend) and not backend.config.autocast_enabled  # type: ignore[attr-defined]
+
+
+class _ValidationFailed(Exception):
+    pass
+
+
+def _plugin_defaults(device: torch.device) -> list[Backend]:
+    from aitune_core.strategies.defaults import default_backends
+
+    return default_backends(device)

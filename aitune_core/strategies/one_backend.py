@@ -1,0 +1,48 @@
+"""OneBackendStrategy: exactly one backend; its build and correctness errors surface unchanged.
+
+If it is correct but does not beat eager, the graph stays eager.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aitune_core.backends.base import Backend
+from aitune_core.graphs.graph_spec import GraphSpec, Sample
+from aitune_core.strategies.base import TuneStrategy
+from aitune_core.strategies.candidates import release
+
+
+class OneBackendStrategy(TuneStrategy):
+    name = "One Backend Strategy"
+    description = "use exactly one backend, fail with its original error"
+
+    def __init__(self, backend: Backend, **options: Any) -> None:
+        if not isinstance(backend, Backend):
+            raise TypeError(f"OneBackendStrategy takes one Backend, got {type(backend).__name__}")
+        super().__init__([backend], **options)
+
+    def _tune(
+        self,
+        module: torch.nn.Module,
+        name: str,
+        graph_spec: GraphSpec,
+        data: list[Sample],
+        device: torch.device,
+        cache_dir: Path,
+    ) -> Backend:
+        assert self.session is not None and self.backends is not None
+        blueprint = self.backends[0]
+        availability = blueprint.availability(device)
+        if not availability.available:
+            raise RuntimeError(f"{blueprint.describe()} cannot run here: {availability.reason}")
+        batch = self.session.batch_range()
+        result = self.evaluate(blueprint, [batch[1] if batch else None], raise_errors=True)
+        if self.passes_gate(result, result.measurement):
+            return self.select(result)
+        release(result.instance)
+        result.instance = None
+        return self.eager_fallback(result.reason)

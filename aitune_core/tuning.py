@@ -1,0 +1,213 @@
+"""``tune()``: gather real calls, key them into graphs, tune every graph, then route.
+
+1. Gathering runs ``func`` once per batch of each batch size, with the batch size in
+   the global context and gradients off. Wrapped modules record what they see.
+2. Each wrapped module is tuned on its own, the others deactivated, graph by graph,
+   by its strategy.
+3. All modules are activated: calls are routed to the chosen backends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import torch
+
+from aitune_core.config import config
+from aitune_core.context import BATCH_SIZE_KEY, global_context
+from aitune_core.data import check_batch_sizes, samples_generator
+from aitune_core.log import get_logger
+from aitune_core.module.router import Route
+from aitune_core.module.wrapper import MODULE_REGISTRY, Module
+from aitune_core.reporting.console import emit_block
+from aitune_core.reporting.summary import GraphReport, TuneReport
+from aitune_core.strategies.base import TuneStrategy
+from aitune_core.strategies.max_throughput import MaxThroughputStrategy
+
+
+class TuningError(RuntimeError):
+    """Tuning could not produce what was asked (see ``config.on_all_candidates_failed``)."""
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def tune(
+    func: Callable[..., Any],
+    dataset: Any,
+    batch_sizes: Sequence[int] | None = None,
+    max_num_batches_per_batch_size: int | None = None,
+    device: torch.device | str | None = None,
+    dry_run: bool = False,
+    strategy: TuneStrategy | None = None,
+) -> TuneReport:
+    """Tune every wrapped module that ``func`` calls, on real data from ``dataset``.
+
+    batch_sizes: sizes to batch the dataset's unbatched samples into; at least two are
+        needed to tell batch axes from static ones. None uses each item as one call.
+    device: where to tune; wrapped modules are moved there. Default: where the wrapped
+        modules' parameters are (CUDA when available for modules without parameters).
+    strategy: used for modules created without their own (default MaxThroughputStrategy).
+    Returns a :class:`TuneReport`; ``print`` it for the summary table.
+    """
+    if not callable(func):
+        raise TypeError(f"func must be callable (a model or a function calling it), got {type(func).__name__}")
+    sizes = check_batch_sizes(batch_sizes)
+    log = get_logger()
+    started = time.perf_counter()
+    modules = list(MODULE_REGISTRY.modules.values())
+    if not modules:
+        raise TuningError("no aitune module exists; wrap what should be tuned with aitune_core.Module(module, name)")
+    target = torch.device(device) if device is not None else _device_of(modules)
+    if sizes is not None and len(sizes) == 1:
+        log.warning(
+            "one batch size given; shapes are treated as static",
+            hint="give at least two batch sizes, e.g. batch_sizes=[1, 2, 4, 8], to detect batch axes",
+        )
+    log.info("tune started", modules=[m.name for m in modules], batch_sizes=sizes, device=str(target))
+
+    previous = {module.name: module.start_recording() for module in modules}
+    calls_before = {module.name: module.recorded_calls for module in modules}
+    try:
+        if device is not None:
+            for module in modules:
+                _move_to(module, target, log)
+        calls = _gather(func, dataset, sizes, max_num_batches_per_batch_size, target, log)
+    except BaseException:
+        for module in modules:
+            module.restore(previous[module.name])
+        raise
+    gathered = time.perf_counter()
+    called = [module for module in modules if module.recorded_calls > calls_before[module.name]]
+    for module in modules:
+        if module not in called or dry_run:
+            module.restore(previous[module.name])
+    if not called:
+        raise TuningError(
+            "func called no aitune module while gathering; make sure the wrapped modules are the ones func runs"
+        )
+    report = TuneReport(dry_run=dry_run)
+    report.timings["gather"] = gathered - started
+    if dry_run:
+        report.plan = _plan(called, strategy, target, calls)
+        for line in report.plan:
+            log.info("plan", step=line)
+        return report
+
+    for module in called:
+        module.drop_routes()
+    routes: dict[str, dict[Hashable, Route]] = {}
+    for index, module in enumerate(called, start=1):
+        for other in called:
+            if other is not module:
+                other.deactivate()
+        log.info("tuning module", module=module.name, progress=f"{index}/{len(called)}")
+        routes[module.name] = _tune_module(module, strategy or module.strategy, target, report)
+    for module in called:
+        module.set_routes(routes[module.name])
+    report.timings.update(_phase_totals(report))
+    report.timings["total"] = time.perf_counter() - started
+    emit_block("Tuning summary", report.summary())
+    log.info("tune finished", duration_s=round(report.timings["total"], 2))
+    return report
+
+
+def _device_of(modules: list[Module]) -> torch.device:
+    """Where the wrapped modules already live; a model is not moved unless a device is asked for."""
+    for module in modules:
+        parameter = next(iter(module.module.parameters()), None)
+        if parameter is not None and not parameter.is_meta:
+            return parameter.device
+    return default_device()
+
+
+def _move_to(module: Module, device: torch.device, log: Any) -> None:
+    parameter = next(iter(module.module.parameters()), None)
+    if parameter is not None and parameter.device != device and not parameter.is_meta:
+        log.info("moving module to the tuning device", module=module.name, device=str(device))
+        module.module.to(device)
+
+
+def _gather(
+    func: Callable[..., Any], dataset: Any, sizes: list[int] | None, limit: int | None, device: torch.device, log: Any
+) -> int:
+    from aitune_core.validation.inputs import to_device
+
+    count = 0
+    with torch.no_grad():
+        for batch_size, args, kwargs in samples_generator(dataset, sizes, limit):
+            args, kwargs = to_device((args, kwargs), device)
+            with global_context:
+                global_context.set(BATCH_SIZE_KEY, batch_size)
+                func(*args, **kwargs)
+            count += 1
+    log.info("gathering finished", calls=count)
+    return count
+
+
+def _tune_module(
+    module: Module, strategy: TuneStrategy | None, device: torch.device, report: TuneReport
+) -> dict[Hashable, Route]:
+    strategy = strategy or MaxThroughputStrategy()
+    log = get_logger(module=module.name)
+    routes: dict[Hashable, Route] = {}
+    graphs = list(module.graphs.values())
+    for index, record in enumerate(graphs, start=1):
+        graph = record.spec
+        log.info(
+            "tuning graph",
+            graph=graph.name,
+            progress=f"{index}/{len(graphs)}",
+            samples=len(record.samples),
+            strategy=strategy.describe(),
+        )
+        emit_block(
+            f"Graph {graph.name} of module `{module.name}`", graph.describe(), module=module.name, graph=graph.name
+        )
+        cache_dir = config.cache_dir / module.name / graph.name
+        with torch.no_grad():
+            backend = strategy.tune(
+                module.module, module.name, graph, record.samples, device, cache_dir, module.signature
+            )
+        graph_report = GraphReport(module.name, graph.name, type(strategy).__name__, list(strategy.results))
+        report.graphs.append(graph_report)
+        selected = graph_report.selected
+        if selected is not None and selected.status == "fallback" and config.on_all_candidates_failed == "raise":
+            raise TuningError(
+                f"module `{module.name}`, graph {graph.name}: no candidate qualified ({selected.reason}); "
+                "set aitune_core.config.on_all_candidates_failed = 'eager' to keep such graphs eager"
+            )
+        routes[graph.key] = Route(graph, backend)
+    return routes
+
+
+def _phase_totals(report: TuneReport) -> dict[str, float]:
+    totals = {"build": 0.0, "validate": 0.0, "profile": 0.0}
+    for graph in report.graphs:
+        for candidate in graph.candidates:
+            totals["build"] += candidate.build_s
+            totals["validate"] += candidate.validate_s
+            totals["profile"] += candidate.profile_s
+    return totals
+
+
+def _plan(modules: list[Module], strategy: TuneStrategy | None, device: torch.device, calls: int) -> list[str]:
+    lines = [f"{calls} calls gathered; tuning on {device}"]
+    for module in modules:
+        chosen = strategy or module.strategy or MaxThroughputStrategy()
+        if chosen.backends is not None:
+            blueprints = chosen.backends
+        else:
+            from aitune_core.strategies.defaults import default_backends
+
+            blueprints = default_backends(device)
+        for graph in module.graph_specs:
+            lines.append(f"module `{module.name}` graph {graph.name}: {type(chosen).__name__}")
+            for blueprint in blueprints:
+                availability = blueprint.availability(device)
+                state = "available" if availability.available else f"skipped: {availability.reason}"
+                lines.append(f"  {blueprint.describe()} ({state})")
+    return lines

@@ -1,0 +1,125 @@
+"""Checking a candidate's outputs: finite, the right structure and shapes, and close to eager.
+
+Each check returns the first problem found as a sentence that names the output by
+its access path, because "validation failed" alone tells a user nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+import torch
+
+from aitune_core.metadata.locator import walk_outputs
+from aitune_core.validation.tolerances import Tolerances
+
+
+@attrs.define
+class Comparison:
+    """Outcome of comparing one call's outputs; ``max_abs_error`` spans all float outputs."""
+
+    problem: str | None = None
+    max_abs_error: float = 0.0
+    max_rel_error: float = 0.0
+
+
+def _not_finite(leaf: Any) -> bool:
+    if isinstance(leaf, torch.Tensor):
+        if leaf.is_floating_point() or leaf.is_complex():
+            return not bool(torch.isfinite(leaf).all())
+        return False
+    if isinstance(leaf, float) and not isinstance(leaf, bool):
+        return not math.isfinite(leaf)
+    return False
+
+
+def find_non_finite(outputs: Any) -> str | None:
+    """The access path of the first NaN or infinite value in nested outputs, if any."""
+    for locator, leaf in walk_outputs(outputs):
+        if _not_finite(leaf):
+            return locator.display_path
+    return None
+
+
+def compare_outputs(candidate: Any, reference: Any, tolerances: Tolerances) -> Comparison:
+    """Compare nested outputs leaf by leaf with eager's at the same inputs.
+
+    A candidate may only be non-finite where eager is non-finite at the same element.
+    """
+    result = Comparison()
+    got = list(walk_outputs(candidate))
+    want = list(walk_outputs(reference))
+    got_paths = [locator.display_path for locator, _ in got]
+    want_paths = [locator.display_path for locator, _ in want]
+    if got_paths != want_paths:
+        result.problem = f"output structure differs from eager: got {got_paths[:6]}, expected {want_paths[:6]}"
+        return result
+    for (locator, value), (_, expected) in zip(got, want, strict=True):
+        path = locator.display_path
+        if isinstance(expected, torch.Tensor):
+            problem = _compare_tensor(path, value, expected, tolerances, result)
+        elif isinstance(expected, (int, float)) and not isinstance(expected, bool):
+            problem = _compare_number(path, value, expected, tolerances, result)
+        else:
+            problem = None if value == expected else f"`{path}` is {value!r}, eager gives {expected!r}"
+        if problem is not None:
+            result.problem = problem
+            return result
+    return result
+
+
+def _compare_number(path: str, value: Any, expected: float, tolerances: Tolerances, result: Comparison) -> str | None:
+    if not isinstance(value, (int, float)):
+        return f"`{path}` is a {type(value).__name__}, eager gives a number"
+    if _not_finite(value) and not _not_finite(float(expected)):
+        return f"`{path}` is {value}, not finite"
+    tolerance = tolerances.for_dtype(torch.float64 if isinstance(expected, float) else torch.int64)
+    error = abs(value - expected)
+    result.max_abs_error = max(result.max_abs_error, float(error))
+    if error > tolerance.atol + tolerance.rtol * abs(expected):
+        return f"`{path}` is {value}, eager gives {expected} (error {error:.3g})"
+    return None
+
+
+def _compare_tensor(
+    path: str, value: Any, expected: torch.Tensor, tolerances: Tolerances, result: Comparison
+) -> str | None:
+    if not isinstance(value, torch.Tensor):
+        return f"`{path}` is a {type(value).__name__}, eager gives a tensor"
+    if value.shape != expected.shape:
+        return f"`{path}` has shape {list(value.shape)}, eager gives {list(expected.shape)}"
+    if value.dtype != expected.dtype:
+        return f"`{path}` has dtype {value.dtype}, eager gives {expected.dtype}"
+    if expected.numel() == 0 or expected.is_meta:
+        return None
+    actual = value.detach().to(expected.device)
+    wanted = expected.detach()
+    if not (wanted.is_floating_point() or wanted.is_complex()):
+        if not torch.equal(actual, wanted):
+            mismatched = int((actual != wanted).sum())
+            return f"`{path}` differs from eager in {mismatched} of {wanted.numel()} elements (exact match required)"
+        return None
+    actual64, wanted64 = actual.double(), wanted.double()
+    finite = torch.isfinite(wanted64)
+    same_special = (~finite) & ((actual64 == wanted64) | (torch.isnan(actual64) & torch.isnan(wanted64)))
+    if bool(((~finite) & ~same_special).any()):
+        return f"`{path}` differs from eager where eager is not finite"
+    if bool((finite & ~torch.isfinite(actual64)).any()):
+        return f"`{path}` has NaN or infinite values where eager is finite"
+    difference = (actual64 - wanted64).abs().where(finite, torch.zeros((), dtype=torch.float64))
+    magnitude = wanted64.abs().where(finite, torch.zeros((), dtype=torch.float64))
+    max_abs = float(difference.max())
+    max_rel = float((difference / magnitude.clamp_min(1e-12)).where(magnitude > 0, difference).max())
+    result.max_abs_error = max(result.max_abs_error, max_abs)
+    result.max_rel_error = max(result.max_rel_error, max_rel)
+    tolerance = tolerances.for_dtype(expected.dtype)
+    bound = tolerance.atol + tolerance.rtol * magnitude
+    if bool((difference > bound).any()):
+        worst = int((difference - bound).argmax())
+        return (
+            f"`{path}` differs from eager: max abs error {max_abs:.3g}, max rel error {max_rel:.3g} "
+            f"(allowed atol={tolerance.atol:g}, rtol={tolerance.rtol:g}; worst at flat index {worst})"
+        )
+    return None

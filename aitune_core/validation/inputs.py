@@ -1,0 +1,80 @@
+"""Inputs a candidate is checked on: the recorded samples and the min, opt and max shapes.
+
+The extremes are made from recorded data (see ``SampleMetadata.make_shape``), as the
+dynamic-shapes RFC asks, so a backend built for a range is checked at both of its
+ends and not only where the samples happened to fall.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import torch
+
+from aitune_core.graphs.forward_signature import ForwardSignature
+from aitune_core.graphs.graph_spec import GraphSpec, Sample
+from aitune_core.metadata.locator import Locator, map_leaves
+
+
+@attrs.define(eq=False)
+class CallInputs:
+    """One call to check or time, ready to pass to the module: ``fn(*args, **kwargs)``."""
+
+    label: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    batch_size: int | None = None
+
+
+def to_device(value: Any, device: torch.device) -> Any:
+    def move(_locator: Locator, leaf: Any) -> Any:
+        if isinstance(leaf, torch.Tensor) and not leaf.is_meta and leaf.device != device:
+            return leaf.to(device)
+        return leaf
+
+    return map_leaves(value, Locator(None), move)
+
+
+def as_call(
+    label: str,
+    arguments: dict[str, Any],
+    signature: ForwardSignature,
+    device: torch.device,
+    batch_size: int | None = None,
+) -> CallInputs:
+    args, kwargs = signature.bind(to_device(arguments, device))
+    return CallInputs(label, args, kwargs, batch_size)
+
+
+def _shape_signature(arguments: dict[str, Any], graph: GraphSpec) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(locator.get(arguments).shape) for locator in graph.input_spec.locators)
+
+
+def validation_calls(
+    graph: GraphSpec, samples: list[Sample], signature: ForwardSignature, device: torch.device
+) -> list[CallInputs]:
+    """Recorded samples first, then the min, opt and max shapes not already among them."""
+    if not samples:
+        raise ValueError(f"graph {graph.name} has no recorded sample to validate with")
+    calls = []
+    seen: set[tuple[tuple[int, ...], ...]] = set()
+    for index, sample in enumerate(samples):
+        seen.add(_shape_signature(sample.arguments, graph))
+        calls.append(as_call(f"sample {index}", sample.arguments, signature, device, sample.batch_size))
+    base = samples[0].arguments
+    for which in ("min", "opt", "max"):
+        arguments = graph.input_spec.make_shape(base, which)  # type: ignore[arg-type]
+        shapes = _shape_signature(arguments, graph)
+        if shapes not in seen:
+            seen.add(shapes)
+            calls.append(as_call(f"{which} shape", arguments, signature, device))
+    return calls
+
+
+def batch_call(
+    graph: GraphSpec, sample: Sample, signature: ForwardSignature, device: torch.device, batch_size: int
+) -> CallInputs:
+    """The recorded sample resized to ``batch_size`` (for profiling)."""
+    arguments = graph.input_spec.make_batch(sample.arguments, batch_size)
+    return as_call(f"batch {batch_size}", arguments, signature, device, batch_size)

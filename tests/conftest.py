@@ -1,0 +1,60 @@
+"""Fixtures shared by the core tests.
+
+Every test starts and ends with the default ``aitune_core.config``, and gets unique
+module names: names are unique per process while a wrapper is alive, and a failing
+test's traceback can keep its wrappers alive.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if importlib.util.find_spec("aitune_core") is None:
+    # Running from a checkout without installing: import the package from the source tree.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from aitune_core.config import config  # noqa: E402
+from aitune_core.context import BATCH_SIZE_KEY, global_context  # noqa: E402
+
+_names = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _default_config() -> Iterator[None]:
+    config.reset()
+    torch.manual_seed(0)
+    try:
+        yield
+    finally:
+        config.reset()
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """``unique_name("encoder")`` gives a module name no other test uses."""
+
+    def make(stem: str = "module") -> str:
+        return f"{request.node.name}:{stem}:{next(_names)}"
+
+    return make
+
+
+@pytest.fixture
+def at_batch() -> Callable[..., Any]:
+    """``at_batch(module, 4, x)`` calls ``module(x)`` with the batch size 4 set in the global context."""
+
+    def call(fn: Callable[..., Any], batch_size: int | None, *args: Any, **kwargs: Any) -> Any:
+        with global_context:
+            global_context.set(BATCH_SIZE_KEY, batch_size)
+            return fn(*args, **kwargs)
+
+    return call
