@@ -29,6 +29,9 @@ _EXPORTS: dict[str, str] = {
     "IllegalStateTransitionError": "aitune_core.backends",
     "TorchEagerBackend": "aitune_core.backends",
     "TorchEagerBackendConfig": "aitune_core.backends",
+    "CheckpointError": "aitune_core.checkpoint",
+    "load": "aitune_core.checkpoint",
+    "save": "aitune_core.checkpoint",
     "config": "aitune_core.config",
     "BATCH_SIZE_KEY": "aitune_core.context",
     "global_context": "aitune_core.context",
@@ -68,6 +71,7 @@ __all__ = [
     "BackendConfig",
     "BackendState",
     "BuildContext",
+    "CheckpointError",
     "FirstWinsStrategy",
     "ForwardSignature",
     "GraphSpec",
@@ -96,8 +100,10 @@ __all__ = [
     "config",
     "global_context",
     "hookimpl",
+    "load",
     "plugins",
     "register_container",
+    "save",
     "tune",
 ]
 
@@ -128,6 +134,7 @@ if TYPE_CHECKING:
         TorchEagerBackend,
         TorchEagerBackendConfig,
     )
+    from aitune_core.checkpoint import CheckpointError, load, save
     from aitune_core.config import config
     from aitune_core.context import BATCH_SIZE_KEY, global_context
     from aitune_core.graphs import ForwardSignature, GraphSpec, Sample

@@ -20,13 +20,13 @@ def _default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "aitune"
 
 
-def _positive_int(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+def _positive_int(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"config.{attribute.name} must be a whole number of at least 1, got {value!r}")
 
 
 def _one_of(*choices: str) -> Any:
-    def check(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    def check(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value not in choices:
             raise ValueError(f"config.{attribute.name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
 
@@ -66,10 +66,9 @@ class Config:
 
     def reset(self) -> None:
         """Restore every setting to its default (tests and notebooks use this)."""
+        fresh = Config()
         for field in attrs.fields(Config):
-            default = field.default
-            value = default.factory() if isinstance(default, attrs.Factory) else default  # type: ignore[call-arg]
-            setattr(self, field.name, value)
+            setattr(self, field.name, getattr(fresh, field.name))
 
 
 config = Config()

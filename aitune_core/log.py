@@ -38,6 +38,11 @@ def _level() -> int:
     return value if isinstance(value, int) else logging.INFO
 
 
+def level_enabled(level: int) -> bool:
+    """Whether events of ``level`` are shown (``AITUNE_LOG_LEVEL``)."""
+    return level >= _level()
+
+
 def _build() -> Any:
     import structlog  # imported on first log call, keeping `import aitune_core` light
 

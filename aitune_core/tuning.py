@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -105,12 +106,12 @@ def tune(
             if other is not module:
                 other.deactivate()
         log.info("tuning module", module=module.name, progress=f"{index}/{len(called)}")
-        routes[module.name] = _tune_module(module, strategy or module.strategy, target, report)
+        routes[module.name] = _tune_module(module, _strategy_for(module, strategy, target), target, report)
     for module in called:
         module.set_routes(routes[module.name])
     report.timings.update(_phase_totals(report))
     report.timings["total"] = time.perf_counter() - started
-    emit_block("Tuning summary", report.summary())
+    emit_block("Tuning summary", report.summary(), level=logging.WARNING)
     log.info("tune finished", duration_s=round(report.timings["total"], 2))
     return report
 
@@ -148,10 +149,20 @@ def _gather(
     return count
 
 
+def _strategy_for(module: Module, default: TuneStrategy | None, device: torch.device) -> TuneStrategy:
+    """The module's own strategy, else ``tune``'s, else a plugin's choice, else MaxThroughputStrategy."""
+    if module.strategy is not None:
+        return module.strategy
+    if default is not None:
+        return default
+    from aitune_core.plugins import choose_strategy
+
+    return choose_strategy(module, device) or MaxThroughputStrategy()
+
+
 def _tune_module(
-    module: Module, strategy: TuneStrategy | None, device: torch.device, report: TuneReport
+    module: Module, strategy: TuneStrategy, device: torch.device, report: TuneReport
 ) -> dict[Hashable, Route]:
-    strategy = strategy or MaxThroughputStrategy()
     log = get_logger(module=module.name)
     routes: dict[Hashable, Route] = {}
     graphs = list(module.graphs.values())
@@ -197,17 +208,16 @@ def _phase_totals(report: TuneReport) -> dict[str, float]:
 def _plan(modules: list[Module], strategy: TuneStrategy | None, device: torch.device, calls: int) -> list[str]:
     lines = [f"{calls} calls gathered; tuning on {device}"]
     for module in modules:
-        chosen = strategy or module.strategy or MaxThroughputStrategy()
+        chosen = _strategy_for(module, strategy, device)
         if chosen.backends is not None:
-            blueprints = chosen.backends
+            offered = [(blueprint, blueprint.availability(device)) for blueprint in chosen.backends]
         else:
             from aitune_core.strategies.defaults import default_backends
 
-            blueprints = default_backends(device)
+            offered = default_backends(device)
         for graph in module.graph_specs:
             lines.append(f"module `{module.name}` graph {graph.name}: {type(chosen).__name__}")
-            for blueprint in blueprints:
-                availability = blueprint.availability(device)
+            for blueprint, availability in offered:
                 state = "available" if availability.available else f"skipped: {availability.reason}"
                 lines.append(f"  {blueprint.describe()} ({state})")
     return lines

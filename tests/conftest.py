@@ -20,10 +20,10 @@ if importlib.util.find_spec("aitune_core") is None:
     # Running from a checkout without installing: import the package from the source tree.
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from aitune_core.config import config  # noqa: E402
-from aitune_core.context import BATCH_SIZE_KEY, global_context  # noqa: E402
+from aitune_core.config import config
+from aitune_core.context import BATCH_SIZE_KEY, global_context
 
 _names = itertools.count()
 

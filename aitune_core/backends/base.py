@@ -115,7 +115,7 @@ class Backend(abc.ABC):
     def config_dict(self) -> dict[str, Any]:
         from aitune_core.serialization import converter
 
-        return converter().unstructure(self.config)  # type: ignore[no-any-return]
+        return converter().unstructure(self.config)
 
     def key(self) -> str:
         """A stable identifier of this backend and config, used for cache folders and lookup."""
@@ -130,7 +130,7 @@ class Backend(abc.ABC):
             value = getattr(self.config, field.name)
             default = field.default
             if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-                default = default.factory()  # type: ignore[attr-defined]
+                default = default.factory()
             if value != default:
                 shown = str(value) if isinstance(value, torch.dtype) else repr(value)
                 changed.append(f"{field.name}={shown}")

@@ -46,7 +46,10 @@ def compare_with_eager(
 
 
 def run_demo(
-    model_name: str = "cnn", batch_sizes: Sequence[int] = (1, 2, 4, 8), device: str | None = None
+    model_name: str = "cnn",
+    batch_sizes: Sequence[int] = (1, 2, 4, 8),
+    device: str | None = None,
+    save_to: str | None = None,
 ) -> tuple[TuneReport, float]:
     """Tune the named demo model; return the report and the measured speedup over eager."""
     target = torch.device(device) if device else default_device()
@@ -60,6 +63,11 @@ def run_demo(
         with torch.no_grad():
             torch.testing.assert_close(wrapped(batch), reference(batch), rtol=1e-3, atol=1e-4)
         eager_s, tuned_s = compare_with_eager(reference, wrapped, batch)
+        if save_to:
+            from aitune_core.checkpoint import save
+
+            save(wrapped, save_to)
+            print(f"Saved the tuned model to {save_to}; `aitune inspect {save_to}` shows it.")
     finally:
         del wrapped
     speedup = eager_s / tuned_s

@@ -25,7 +25,7 @@ from torch import nn
 
 from aitune_core.config import config
 from aitune_core.graphs.forward_signature import ForwardSignature
-from aitune_core.graphs.graph_spec import GraphSpec
+from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.log import get_logger
 from aitune_core.module.recorder import GraphRecord, GraphRecorder
 from aitune_core.module.router import Route, UnseenCalls
@@ -109,24 +109,29 @@ class Module(nn.Module):
     @property
     def module(self) -> nn.Module:
         """The wrapped module itself."""
-        return self._inner  # type: ignore[no-any-return]
+        return self._inner
 
     @property
     def state(self) -> ModuleState:
-        return self._state  # type: ignore[no-any-return]
+        return self._state
 
     @property
     def graph_specs(self) -> list[GraphSpec]:
         """The graphs recorded so far, in the order they were first seen."""
-        return self._recorder.graph_specs  # type: ignore[no-any-return]
+        return self._recorder.graph_specs
 
     @property
     def graphs(self) -> dict[Hashable, GraphRecord]:
-        return self._recorder.graphs  # type: ignore[no-any-return]
+        return self._recorder.graphs
 
     @property
     def signature(self) -> ForwardSignature:
-        return self._signature  # type: ignore[no-any-return]
+        return self._signature
+
+    @property
+    def routes(self) -> dict[Hashable, Route]:
+        """Tuned routes by graph key."""
+        return dict(self._routes)
 
     @property
     def backends(self) -> dict[str, Any]:
@@ -222,6 +227,12 @@ class Module(nn.Module):
         self.__dict__["_unseen"] = UnseenCalls()
         self.__dict__["_state"] = ModuleState.TUNED
 
+    def add_graph(self, spec: GraphSpec, samples: list[Sample]) -> None:
+        """Add a graph recorded elsewhere (a checkpoint), keyed by its spec's key."""
+        record = GraphRecord(spec)
+        record.samples.extend(samples)
+        self._recorder.graphs[spec.key] = record
+
     def start_recording(self) -> ModuleState:
         """Record calls again (``tune`` does this while gathering); returns the state before.
 
@@ -247,7 +258,7 @@ class Module(nn.Module):
     @property
     def recorded_calls(self) -> int:
         """How many calls this module has recorded; ``tune`` uses it to see which modules ran."""
-        return self._recorder.calls  # type: ignore[no-any-return]
+        return self._recorder.calls
 
     def deactivate(self) -> None:
         """Release tuned backends; calls run the original module until :meth:`activate`."""

@@ -1,13 +1,120 @@
-"""Plugin manager access (filled in by the plugin system)."""
+"""The process-wide plugin registry, loaded on first use, and the functions the core calls.
+
+The core reaches plugins only through these functions (``serialization.converter``
+calls :func:`extend_converter`, ``Module`` calls :func:`graph_key_parts`, backends call
+``lifecycle.run_step``), so the first of those calls is what loads plugins. Importing
+this module loads nothing: pluggy and the registry are imported inside functions.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+import threading
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from aitune_core.backends.base import Backend
+    from aitune_core.plugins.records import Candidate, PluginRecord
+    from aitune_core.plugins.registry import PluginRegistry
+
+_lock = threading.RLock()
+_registry: PluginRegistry | None = None
+_loading = threading.local()
 
 
+def current_registry() -> PluginRegistry:
+    """The process-wide registry, loading every plugin the first time it is asked for."""
+    registry = _registry
+    if registry is not None:
+        return registry
+    with _lock:
+        if _registry is not None:
+            return _registry
+        if getattr(_loading, "active", False):
+            raise RuntimeError(
+                "an aitune plugin used the plugin registry while plugins were loading; "
+                "plugins must not build backends or wrap modules when imported or registered"
+            )
+        from aitune_core.plugins.registry import PluginRegistry
+
+        _loading.active = True
+        try:
+            loaded = PluginRegistry.load()
+        finally:
+            _loading.active = False
+        install_registry(loaded)
+        return loaded
+
+
+def install_registry(registry: PluginRegistry | None) -> PluginRegistry | None:
+    """Make ``registry`` the process-wide one and return the previous one (tests use this).
+
+    ``None`` means "load again on next use". Container types move from the previous
+    registry to the new one, and the cattrs converter is rebuilt, since both come from
+    plugins. Installing the previous registry again restores it completely.
+    """
+    global _registry
+    with _lock:
+        previous = _registry
+        if previous is not registry:
+            if previous is not None:
+                previous.detach()
+            if registry is not None:
+                registry.attach()
+        _registry = registry
+        serialization: Any = sys.modules.get("aitune_core.serialization")
+        if serialization is not None:
+            serialization._converter = None
+        return previous
+
+
+def reset_plugins() -> None:
+    """Forget the loaded plugins; the next use discovers and loads them again.
+
+    For tests and notebooks: modules wrapped before the reset keep the graph-key parts
+    they were created with.
+    """
+    install_registry(None)
+
+
+# --------------------------------------------------------------------------- public queries
+def plugins() -> list[PluginRecord]:
+    """Every plugin found (built-in first, then by distribution name) with its status."""
+    return current_registry().records()
+
+
+def get_backend_class(name: str) -> type[Backend]:
+    """The backend class registered under ``name``; UnknownBackendError lists the known names."""
+    return current_registry().backend_class(name)
+
+
+def backend_names() -> list[str]:
+    return current_registry().backend_names()
+
+
+def default_candidates(device: torch.device | str) -> list[Candidate]:
+    """Backends plugins propose for ``device``: highest priority first, ties by name; eager last.
+
+    Unavailable ones are included, with their availability saying why, so strategies
+    can skip them and log the reason.
+    """
+    return current_registry().default_candidates(device)
+
+
+def choose_strategy(module: Any, device: torch.device | str) -> Any | None:
+    """A plugin's strategy for ``module`` when its user chose none, or None."""
+    return current_registry().choose_strategy(module, device)
+
+
+# --------------------------------------------------------------------------- called by the core
 def extend_converter(converter: Any) -> None:
-    return None
+    """Let plugins add their types to a freshly made cattrs converter."""
+    current_registry().extend_converter(converter)
 
 
-def graph_key_parts() -> Any:
-    return None
+def graph_key_parts() -> Callable[[dict[str, Any]], Hashable | None] | None:
+    """The plugins' graph-key contribution, or None when no plugin contributes one."""
+    return current_registry().graph_key_parts()

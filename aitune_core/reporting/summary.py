@@ -58,9 +58,7 @@ class TuneReport:
         for report in self.graphs:
             for candidate in report.candidates:
                 measurement = candidate.measurement
-                status = "✓ selected" if candidate.status == "selected" else candidate.status
-                if candidate.status == "fallback":
-                    status = "✓ fallback"
+                status = f"✓ {candidate.status}" if candidate.status in ("selected", "fallback") else candidate.status
                 rows.append(
                     [
                         report.module,

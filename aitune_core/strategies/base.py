@@ -17,7 +17,7 @@ from typing import ClassVar
 
 import torch
 
-from aitune_core.backends.base import Backend
+from aitune_core.backends.base import Availability, Backend
 from aitune_core.backends.eager import TorchEagerBackend
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
@@ -160,10 +160,12 @@ class TuneStrategy(abc.ABC):
     def candidates(self, device: torch.device) -> list[Backend]:
         """The candidates available on ``device``; unavailable ones are logged and recorded as skipped."""
         assert self.session is not None
-        blueprints = self.backends if self.backends is not None else _plugin_defaults(device)
+        if self.backends is not None:
+            offered = [(blueprint, blueprint.availability(device)) for blueprint in self.backends]
+        else:
+            offered = _plugin_defaults(device)
         available = []
-        for blueprint in blueprints:
-            availability = blueprint.availability(device)
+        for blueprint, availability in offered:
             if availability.available:
                 available.append(blueprint)
             else:
@@ -298,7 +300,7 @@ class _ValidationFailed(Exception):
     pass
 
 
-def _plugin_defaults(device: torch.device) -> list[Backend]:
+def _plugin_defaults(device: torch.device) -> list[tuple[Backend, Availability]]:
     from aitune_core.strategies.defaults import default_backends
 
     return default_backends(device)

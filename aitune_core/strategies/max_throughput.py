@@ -97,7 +97,7 @@ class MaxThroughputStrategy(TuneStrategy):
         return self.select(best)
 
 
-def _measurement_at(result: CandidateResult, batch_size: int | None):  # type: ignore[no-untyped-def]
+def _measurement_at(result: CandidateResult, batch_size: int | None):
     for measurement in result.sweep:
         if measurement.batch_size == batch_size:
             return measurement

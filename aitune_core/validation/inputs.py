@@ -64,7 +64,7 @@ def validation_calls(
         calls.append(as_call(f"sample {index}", sample.arguments, signature, device, sample.batch_size))
     base = samples[0].arguments
     for which in ("min", "opt", "max"):
-        arguments = graph.input_spec.make_shape(base, which)  # type: ignore[arg-type]
+        arguments = graph.input_spec.make_shape(base, which)
         shapes = _shape_signature(arguments, graph)
         if shapes not in seen:
             seen.add(shapes)

@@ -87,8 +87,9 @@ def test_tolerance_can_be_widened_to_accept_a_small_error(unique_name):
 
 def test_nan_outputs_are_rejected(unique_name):
     module = ait.Module(SlowableMLP().eval(), unique_name())
-    report = tune(module, samples(), batch_sizes=[1, 2], strategy=FirstWinsStrategy([NaNBackend()],
-                                                                                    profile=FAST_PROFILE))
+    report = tune(
+        module, samples(), batch_sizes=[1, 2], strategy=FirstWinsStrategy([NaNBackend()], profile=FAST_PROFILE)
+    )
     assert "NaN" in report.graphs[0].candidates[0].reason
     assert isinstance(module.backends["0"], TorchEagerBackend)
 
@@ -115,14 +116,19 @@ def test_first_wins_moves_on_after_a_build_error(unique_name):
 def test_one_backend_reraises_the_original_build_error(unique_name):
     module = ait.Module(SlowableMLP().eval(), unique_name())
     with pytest.raises(BuildError, match="compiler exploded"):
-        tune(module, samples(), batch_sizes=[1, 2], strategy=OneBackendStrategy(BrokenBuildBackend(),
-                                                                               profile=FAST_PROFILE))
+        tune(
+            module,
+            samples(),
+            batch_sizes=[1, 2],
+            strategy=OneBackendStrategy(BrokenBuildBackend(), profile=FAST_PROFILE),
+        )
 
 
 def test_one_backend_falls_back_to_eager_when_correct_but_slower(unique_name):
     module = ait.Module(SlowableMLP().eval(), unique_name())
-    report = tune(module, samples(), batch_sizes=[1, 2],
-                  strategy=OneBackendStrategy(SlowBackend(), profile=FAST_PROFILE))
+    report = tune(
+        module, samples(), batch_sizes=[1, 2], strategy=OneBackendStrategy(SlowBackend(), profile=FAST_PROFILE)
+    )
     slow, fallback = report.graphs[0].candidates
     assert slow.status == "rejected" and slow.stage == "performance" and "gate" in slow.reason
     assert fallback.status == "fallback"
@@ -132,8 +138,12 @@ def test_one_backend_falls_back_to_eager_when_correct_but_slower(unique_name):
 def test_every_candidate_failing_keeps_the_module_eager_and_tune_returns(unique_name):
     model = SlowableMLP().eval()
     module = ait.Module(model, unique_name())
-    report = tune(module, samples(), batch_sizes=[1, 2],
-                  strategy=FirstWinsStrategy([BrokenBuildBackend(), WrongBackend()], profile=FAST_PROFILE))
+    report = tune(
+        module,
+        samples(),
+        batch_sizes=[1, 2],
+        strategy=FirstWinsStrategy([BrokenBuildBackend(), WrongBackend()], profile=FAST_PROFILE),
+    )
     assert report.graphs[0].selected.status == "fallback"
     x = torch.randn(2, 16)
     torch.testing.assert_close(module(x), model(x))
@@ -143,14 +153,19 @@ def test_every_candidate_failing_can_raise(unique_name):
     config.on_all_candidates_failed = "raise"
     module = ait.Module(SlowableMLP().eval(), unique_name())
     with pytest.raises(TuningError, match="no candidate qualified"):
-        tune(module, samples(), batch_sizes=[1, 2],
-             strategy=FirstWinsStrategy([BrokenBuildBackend()], profile=FAST_PROFILE))
+        tune(
+            module,
+            samples(),
+            batch_sizes=[1, 2],
+            strategy=FirstWinsStrategy([BrokenBuildBackend()], profile=FAST_PROFILE),
+        )
 
 
 def test_max_throughput_picks_the_fastest_correct_candidate(unique_name):
     module = ait.Module(SlowableMLP(0.002).eval(), unique_name())
-    strategy = MaxThroughputStrategy([SlowBackend(), WrongBackend(), NoDelayBackend(), TorchEagerBackend()],
-                                     profile=FAST_PROFILE)
+    strategy = MaxThroughputStrategy(
+        [SlowBackend(), WrongBackend(), NoDelayBackend(), TorchEagerBackend()], profile=FAST_PROFILE
+    )
     report = tune(module, samples(), batch_sizes=[1, 2, 4], strategy=strategy)
     statuses = {c.backend: c.status for c in report.graphs[0].candidates}
     assert statuses["NoDelayBackend()"] == "selected"
@@ -161,8 +176,7 @@ def test_max_throughput_picks_the_fastest_correct_candidate(unique_name):
 def test_max_throughput_widens_the_batch_range_it_found(unique_name):
     module = ait.Module(SlowableMLP().eval(), unique_name())
     profile = attrs.evolve(FAST_PROFILE, saturation=0.0, max_batch_size=16)
-    tune(module, samples(), batch_sizes=[1, 2], strategy=MaxThroughputStrategy([TorchEagerBackend()],
-                                                                               profile=profile))
+    tune(module, samples(), batch_sizes=[1, 2], strategy=MaxThroughputStrategy([TorchEagerBackend()], profile=profile))
     spec = module.graph_specs[0].input_spec.tensor_data[0][1]
     assert spec.max_shape[0] == 16
     assert module.graph_specs[0].output_spec.tensor_data[0][1].max_shape[0] == 16
@@ -170,13 +184,21 @@ def test_max_throughput_widens_the_batch_range_it_found(unique_name):
 
 def test_min_latency_and_latency_budget_strategies(unique_name):
     fast = ait.Module(SlowableMLP(0.002).eval(), unique_name())
-    tune(fast, samples(), batch_sizes=[1, 2], strategy=MinLatencyStrategy([SlowBackend(), NoDelayBackend()],
-                                                                          profile=FAST_PROFILE))
+    tune(
+        fast,
+        samples(),
+        batch_sizes=[1, 2],
+        strategy=MinLatencyStrategy([SlowBackend(), NoDelayBackend()], profile=FAST_PROFILE),
+    )
     assert isinstance(fast.backends["0"], NoDelayBackend)
 
     budget = ait.Module(SlowableMLP().eval(), unique_name())
-    report = tune(budget, samples(), batch_sizes=[1, 2],
-                  strategy=LatencyBudgetStrategy([SlowBackend(delay_s=0.02)], budget_ms=5, profile=FAST_PROFILE))
+    report = tune(
+        budget,
+        samples(),
+        batch_sizes=[1, 2],
+        strategy=LatencyBudgetStrategy([SlowBackend(delay_s=0.02)], budget_ms=5, profile=FAST_PROFILE),
+    )
     slow = report.graphs[0].candidates[0]
     assert slow.status == "rejected" and "budget" in slow.reason
     assert isinstance(budget.backends["0"], TorchEagerBackend)
@@ -185,8 +207,7 @@ def test_min_latency_and_latency_budget_strategies(unique_name):
 def test_unseen_graph_and_out_of_range_shapes_fall_back_to_eager_with_one_warning(unique_name):
     model = SlowableMLP(0.002).eval()
     module = ait.Module(model, unique_name())
-    tune(module, samples(), batch_sizes=[1, 2, 4], strategy=FirstWinsStrategy([NoDelayBackend()],
-                                                                              profile=FAST_PROFILE))
+    tune(module, samples(), batch_sizes=[1, 2, 4], strategy=FirstWinsStrategy([NoDelayBackend()], profile=FAST_PROFILE))
     big = torch.randn(9, 16)
     with capture() as events:
         for _ in range(3):
@@ -200,8 +221,7 @@ def test_unseen_graph_and_out_of_range_shapes_fall_back_to_eager_with_one_warnin
 
 def test_fallback_can_raise(unique_name):
     module = ait.Module(SlowableMLP().eval(), unique_name())
-    tune(module, samples(), batch_sizes=[1, 2], strategy=FirstWinsStrategy([TorchEagerBackend()],
-                                                                           profile=FAST_PROFILE))
+    tune(module, samples(), batch_sizes=[1, 2], strategy=FirstWinsStrategy([TorchEagerBackend()], profile=FAST_PROFILE))
     config.fallback = "raise"
     with pytest.raises(UnsupportedCallError, match="outside the tuned range"):
         module(torch.randn(5, 16))
@@ -256,8 +276,7 @@ def test_modules_are_tuned_one_by_one_with_others_deactivated(unique_name):
 def test_cache_dir_setting_moves_builds(unique_name, tmp_path: Path):
     config.cache_dir = tmp_path / "elsewhere"
     module = ait.Module(SlowableMLP().eval(), unique_name())
-    tune(module, samples(), batch_sizes=[1, 2], strategy=FirstWinsStrategy([TorchEagerBackend()],
-                                                                           profile=FAST_PROFILE))
+    tune(module, samples(), batch_sizes=[1, 2], strategy=FirstWinsStrategy([TorchEagerBackend()], profile=FAST_PROFILE))
     backend = module.backends["0"]
     assert backend.context.cache_dir.is_relative_to(tmp_path / "elsewhere" / module.name / "0")
     assert backend.context.cache_dir.is_dir()
@@ -311,8 +330,9 @@ def test_func_that_calls_no_module_is_an_error(unique_name):
 def test_single_batch_size_warns_static_shapes(unique_name):
     module = ait.Module(SlowableMLP(), unique_name())
     with capture() as events:
-        tune(module, samples(), batch_sizes=[4], strategy=FirstWinsStrategy([TorchEagerBackend()],
-                                                                            profile=FAST_PROFILE))
+        tune(
+            module, samples(), batch_sizes=[4], strategy=FirstWinsStrategy([TorchEagerBackend()], profile=FAST_PROFILE)
+        )
     assert any("treated as static" in e["event"] for e in events)
     assert module.graph_specs[0].input_spec.tensor_data[0][1].shape == [4, 16]
 
@@ -320,8 +340,13 @@ def test_single_batch_size_warns_static_shapes(unique_name):
 def test_dry_run_builds_nothing_and_lists_the_plan(unique_name):
     module = ait.Module(SlowableMLP(), unique_name())
     blueprint = NoDelayBackend()
-    report = tune(module, samples(), batch_sizes=[1, 2], dry_run=True,
-                  strategy=FirstWinsStrategy([blueprint, BrokenBuildBackend()]))
+    report = tune(
+        module,
+        samples(),
+        batch_sizes=[1, 2],
+        dry_run=True,
+        strategy=FirstWinsStrategy([blueprint, BrokenBuildBackend()]),
+    )
     assert report.dry_run and module.state is ModuleState.RECORDING
     assert blueprint.state is BackendState.INIT
     text = report.summary()
@@ -338,8 +363,7 @@ def test_tuning_runs_without_gradients(unique_name):
             return super().forward(x)
 
     module = ait.Module(Probe(), unique_name())
-    tune(module, samples(), batch_sizes=[1, 2], strategy=FirstWinsStrategy([TorchEagerBackend()],
-                                                                           profile=FAST_PROFILE))
+    tune(module, samples(), batch_sizes=[1, 2], strategy=FirstWinsStrategy([TorchEagerBackend()], profile=FAST_PROFILE))
     assert seen and not any(seen)
 
 
@@ -357,8 +381,9 @@ def test_json_log_format_prints_one_object_per_line(tmp_path: Path):
         " strategy=FirstWinsStrategy([TorchEagerBackend()], profile=p))\n"
     )
     env = {**os.environ, "AITUNE_LOG_FORMAT": "json"}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120,
-                            check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120, check=True
+    )
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     events = [json.loads(line) for line in lines]
     names = [event["event"] for event in events]

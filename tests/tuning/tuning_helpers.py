@@ -18,8 +18,9 @@ from torch import nn
 from aitune_core.backends.base import Backend, BackendConfig, BuildContext
 from aitune_core.profiling.measurement import ProfileConfig
 
-FAST_PROFILE = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.005, max_time_s=0.03,
-                             max_batch_search_time_s=0.5, max_batch_size=64)
+FAST_PROFILE = ProfileConfig(
+    warmup_iterations=1, window=4, min_time_s=0.005, max_time_s=0.03, max_batch_search_time_s=0.5, max_batch_size=64
+)
 
 
 class SlowableMLP(nn.Module):

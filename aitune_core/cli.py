@@ -1,0 +1,153 @@
+"""The ``aitune`` command line (also ``python -m aitune_core.cli``).
+
+Each subcommand is registered by a small ``add_<name>_command(subparsers)`` function
+listed in :data:`COMMANDS`; it adds its parser and sets ``handler`` to a function
+taking the parsed arguments and returning the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Subparsers = Any  # argparse's _SubParsersAction, which is private
+Handler = Callable[[argparse.Namespace], int]
+
+
+# --------------------------------------------------------------------------- aitune plugins
+def add_plugins_command(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "plugins",
+        help="list the installed aitune plugins and their status",
+        description=(
+            "List every plugin found in the 'aitune.plugins' entry-point group: its distribution, version, "
+            "status (loaded, failed, unavailable on this machine, or disabled) with the reason, and the "
+            "backends it registers. Broken plugins are listed, never fatal; with AITUNE_STRICT_PLUGINS=1 "
+            "the exit status is 1 when one failed."
+        ),
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(handler=run_plugins)
+
+
+def run_plugins(args: argparse.Namespace) -> int:
+    from aitune_core._version import __version__
+    from aitune_core.plugins.api import PLUGIN_API_VERSION
+    from aitune_core.plugins.loader import strict_from_env
+    from aitune_core.plugins.records import PluginStatus
+    from aitune_core.plugins.registry import PluginRegistry
+
+    # A listing of its own, never strict: the point is to show what is broken.
+    records = PluginRegistry.load(strict=False).records()
+    if args.json:
+        payload = {
+            "aitune_core": __version__,
+            "plugin_api": PLUGIN_API_VERSION,
+            "plugins": [record.to_dict() for record in records],
+        }
+        print(json.dumps(payload, indent=2))
+    else:
+        from tabulate import tabulate
+
+        rows = [[r.name, r.distribution, r.version, r.status.value, r.reason, ", ".join(r.backends)] for r in records]
+        headers = ["Name", "Distribution", "Version", "Status", "Reason", "Backends"]
+        print(tabulate(rows, headers=headers, tablefmt="simple", maxcolwidths=[None, None, None, None, 60, 40]))
+    failed = any(record.status is PluginStatus.FAILED for record in records)
+    return 1 if failed and strict_from_env() else 0
+
+
+# --------------------------------------------------------------------------- aitune demo
+def add_demo_command(subparsers: Subparsers) -> None:
+    from aitune_core.demo.models import DEMO_MODELS
+
+    parser = subparsers.add_parser(
+        "demo",
+        help="tune a bundled model with every available backend and show the speedup",
+        description=(
+            "Tune a model that ships with aitune (nothing is downloaded) with MaxThroughputStrategy over the "
+            "default candidates of every installed plugin, on CUDA when there is a GPU and on the CPU otherwise, "
+            "then time the tuned model against the original."
+        ),
+    )
+    parser.add_argument("--model", choices=sorted(DEMO_MODELS), default="cnn", help="which bundled model")
+    parser.add_argument("--batch-sizes", default="1,2,4,8", help="comma-separated batch sizes (default 1,2,4,8)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--save", metavar="PATH", default=None, help="also save the tuned model to a checkpoint")
+    parser.set_defaults(handler=run_demo_command)
+
+
+def run_demo_command(args: argparse.Namespace) -> int:
+    import torch
+
+    from aitune_core.demo.run import run_demo
+
+    try:
+        sizes = [int(part) for part in args.batch_sizes.split(",") if part.strip()]
+    except ValueError:
+        print(
+            f"aitune demo: --batch-sizes must be comma-separated whole numbers, got {args.batch_sizes!r}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    run_demo(args.model, sizes, args.device, save_to=args.save)
+    return 0
+
+
+# --------------------------------------------------------------------------- aitune inspect
+def add_inspect_command(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "inspect",
+        help="show what a checkpoint holds",
+        description="Print a checkpoint's modules, graphs with their shape tables, backends, plugins and sizes.",
+    )
+    parser.add_argument("checkpoint", help="a checkpoint folder or archive written by aitune_core.save")
+    parser.set_defaults(handler=run_inspect)
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    from aitune_core.checkpoint.inspect import describe_checkpoint
+    from aitune_core.checkpoint.manifest import CheckpointError
+
+    try:
+        print(describe_checkpoint(args.checkpoint))
+    except CheckpointError as error:
+        print(f"aitune inspect: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# --------------------------------------------------------------------------- entry point
+COMMANDS: list[Callable[[Subparsers], None]] = [
+    add_demo_command,
+    add_plugins_command,
+    add_inspect_command,
+]
+"""Subcommand registrars, in the order ``aitune --help`` lists them."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aitune", description="Tune PyTorch inference.")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for add_command in COMMANDS:
+        add_command(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return 2
+    return handler(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

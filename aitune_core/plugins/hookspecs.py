@@ -1,0 +1,307 @@
+"""Every hook a plugin can implement, in one module, as pytest and pluggy keep theirs.
+
+One module is the single place to read the whole plugin API, and the source of the
+hook reference ``docs/hooks.md`` (``python -m aitune_core.plugins.hookspecs --markdown``).
+
+Compatibility rule: a hook only ever gains arguments. pluggy passes an implementation
+just the arguments it names, so implementations written against an older version of a
+hook keep working. Removing a hook or changing what one means raises
+``PLUGIN_API_VERSION``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Callable, Generator, Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from aitune_core.plugins.api import ENTRY_POINT_GROUP, PLUGIN_API_VERSION, PROJECT_NAME
+
+if TYPE_CHECKING:
+    import cattrs
+    import torch
+
+    from aitune_core.backends.base import Backend
+    from aitune_core.module.wrapper import Module
+    from aitune_core.plugins.records import Candidate, ContainerRegistrar
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+
+WRAPPER_ONLY = frozenset({"aitune_wrap_step"})
+"""Hooks whose implementations must be wrappers (``@hookimpl(wrapper=True)``)."""
+
+
+# --------------------------------------------------------------------------- registration
+@hookspec
+def aitune_register_backends() -> Sequence[type[Backend]]:
+    """Register backend classes.
+
+    **Why.** Backends are looked up by name when a checkpoint is loaded and when a user
+    asks for one by name, so every backend class needs a stable name that no other
+    plugin uses. The name is the class attribute `Backend.name`; the attrs config class
+    is `Backend.config_class`. Two plugins registering one name are both refused.
+
+    **When.** Once, while plugins are loaded (on first use of the plugin registry, never
+    at `import aitune_core`).
+
+    **Returns** a sequence of `Backend` subclasses (not instances).
+
+    ```python
+    @hookimpl
+    def aitune_register_backends():
+        return [TorchScriptBackend]
+    ```
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def aitune_register_containers(containers: ContainerRegistrar) -> None:
+    """Teach metadata capture to walk into a library's container types.
+
+    **Why.** Recording finds tensors inside lists, tuples, dicts, namedtuples and
+    dataclasses on its own. Other containers (a library's output classes) are leaves
+    unless registered, and their tensors are then invisible to graph keys and specs.
+
+    **When.** Once, while plugins are loaded. The registrations take effect together
+    with the rest of the plugin; a plugin that fails to load registers nothing.
+
+    **Arguments.** `containers.register(cls, flatten, unflatten, step_kind="attr", name=None)`
+    takes the same arguments as `aitune_core.metadata.register_container`.
+
+    ```python
+    @hookimpl
+    def aitune_register_containers(containers):
+        containers.register(
+            ModelOutput,
+            flatten=lambda o: [(k, getattr(o, k)) for k in o.keys()],
+            unflatten=lambda o, children: ModelOutput(**dict(zip(o.keys(), children))),
+        )
+    ```
+    """
+
+
+# --------------------------------------------------------------------------- graph keying
+@hookspec
+def aitune_graph_key_parts(arguments: dict[str, Any]) -> Hashable | None:
+    """Contribute an extra part to the graph key of a call.
+
+    **Why.** Calls with the same structure share a graph. When something outside the
+    arguments' structure changes what the module computes (a global mode, an attribute
+    of an argument that is not a container), a plugin can split those calls into
+    separate graphs.
+
+    **When.** On every call of a wrapped module, recording and tuned alike, so keep it
+    fast. Wrapped modules pick up the implementations present when they are created.
+
+    **Arguments.** `arguments`: the call normalised against the forward signature,
+    keyed by parameter name. **Returns** a value made of plain data (str, int, float,
+    bool, None and tuples of them, so that checkpoints can store it), or `None` for no
+    part. Parts are keyed by plugin, so plugins cannot collide.
+
+    ```python
+    @hookimpl
+    def aitune_graph_key_parts(arguments):
+        image = arguments.get("image")
+        return "channels_last" if image is not None and image.is_contiguous(
+            memory_format=torch.channels_last) else None
+    ```
+    """
+
+
+# --------------------------------------------------------------------------- strategy selection
+@hookspec
+def aitune_default_candidates(device: torch.device) -> Sequence[Candidate] | None:
+    """Propose backends to try on `device` when the user names none.
+
+    **Why.** A user who installs a plugin expects its backends to be tried without
+    naming them. Each proposal carries a priority (higher is tried first; the eager
+    baseline has priority 0) and, optionally, its availability with a reason;
+    when left out, the registry asks `backend.availability(device)`. Unavailable
+    candidates are listed, and strategies skip them and log why.
+
+    **When.** Each time the default candidates are asked for, typically once per tuning
+    run. Candidates are ordered by priority, then backend name, so the order never
+    depends on which plugin loaded first.
+
+    **Returns** a sequence of `Candidate(backend, priority=100, availability=None)`, or
+    `None`. The backend must be an instance of a registered class; it is a blueprint,
+    never built itself.
+
+    ```python
+    @hookimpl
+    def aitune_default_candidates(device):
+        if device.type != "cuda":
+            return None
+        return [Candidate(TensorRTBackend(precision="fp16"), priority=200)]
+    ```
+    """
+
+
+@hookspec(firstresult=True)
+def aitune_choose_strategy(module: Module, device: torch.device) -> Any | None:
+    """Choose the tuning strategy of a module whose user did not choose one.
+
+    **Why.** A plugin that knows a family of models (say, diffusion UNets) may know a
+    better strategy for them than the default.
+
+    **When.** When tuning starts on a module whose `strategy` is `None`. Plugins are
+    asked in order of distribution name; the first answer that is not `None` wins.
+
+    **Returns** a `TuneStrategy` instance, or `None` to leave the choice to others.
+
+    ```python
+    @hookimpl
+    def aitune_choose_strategy(module, device):
+        if type(module.module).__name__ == "UNet2DConditionModel":
+            return MinLatencyStrategy(backends=[...])
+        return None
+    ```
+    """
+
+
+# --------------------------------------------------------------------------- backend lifecycle
+@hookspec
+def aitune_before_step(step: str, backend: Backend) -> None:
+    """Observe a backend lifecycle step before it runs.
+
+    **Why.** Progress displays, tracing and resource accounting need to know when a
+    build or activation starts.
+
+    **When.** Before every `build`, `activate`, `deactivate` and `deploy` of every
+    backend, after the state machine has accepted the step. `step` is one of those four
+    names; `backend.context` holds the `BuildContext` where there is one. An exception
+    raised here aborts the step, and the backend keeps its state.
+
+    ```python
+    @hookimpl
+    def aitune_before_step(step, backend):
+        print(f"{step} {backend.describe()} ...")
+    ```
+    """
+
+
+@hookspec
+def aitune_wrap_step(step: str, backend: Backend) -> Generator[None, None, None]:
+    """Wrap a backend lifecycle step: run code around it, in its context.
+
+    **Why.** Some work must surround the step itself: a CUDA memory pool, an NVTX range,
+    a profiler, a lock around a shared compiler cache.
+
+    **When.** Around the step's own code, inside `aitune_before_step` and
+    `aitune_after_step`. Implementations must be wrappers, `@hookimpl(wrapper=True)`,
+    and yield exactly once. The yield raises the step's error, if any: let it
+    propagate, since the backend's state is only advanced when the step succeeds.
+
+    ```python
+    @hookimpl(wrapper=True)
+    def aitune_wrap_step(step, backend):
+        with torch.cuda.nvtx.range(f"aitune {step} {backend.name}"):
+            return (yield)
+    ```
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def aitune_after_step(step: str, backend: Backend, duration_s: float, error: BaseException | None) -> None:
+    """Observe a backend lifecycle step after it ran, successful or not.
+
+    **Why.** Timing and failure reporting per backend, without wrapping.
+
+    **When.** After every step that `aitune_before_step` saw, also when it failed.
+    `duration_s` includes the wrappers; `error` is the exception the step raised, or
+    `None`. The error still propagates afterwards; an observer cannot swallow it.
+
+    ```python
+    @hookimpl
+    def aitune_after_step(step, backend, duration_s, error):
+        metrics.record(f"aitune.{step}", duration_s, ok=error is None, backend=backend.name)
+    ```
+    """
+
+
+@hookspec
+def aitune_extend_converter(converter: cattrs.Converter) -> None:
+    """Teach the cattrs converter a plugin's own types.
+
+    **Why.** Backend configs and checkpoint manifests are written with one cattrs
+    converter and nothing is pickled, so a config field of a type cattrs does not know
+    (an enum from another library, a precision object) needs hooks.
+
+    **When.** Once per process, when the converter is first used (the first backend
+    key, config dump or checkpoint).
+
+    ```python
+    @hookimpl
+    def aitune_extend_converter(converter):
+        converter.register_unstructure_hook(Precision, lambda p: p.name)
+        converter.register_structure_hook(Precision, lambda name, _: Precision[name])
+    ```
+    """
+
+
+# --------------------------------------------------------------------------- reference
+def hook_specs() -> list[Callable[..., Any]]:
+    """Every hook spec of this module, in the order they are defined."""
+    module = sys.modules[__name__]
+    marker = f"{PROJECT_NAME}_spec"
+    return [value for name, value in vars(module).items() if name.startswith("aitune_") and hasattr(value, marker)]
+
+
+def _signature(spec: Callable[..., Any]) -> str:
+    parameters = ", ".join(
+        name if param.annotation is inspect.Parameter.empty else f"{name}: {param.annotation}"
+        for name, param in inspect.signature(spec).parameters.items()
+    )
+    returns = inspect.signature(spec).return_annotation
+    return f"def {spec.__name__}({parameters}) -> {returns}"
+
+
+def render_markdown() -> str:
+    """The hook reference page, ``docs/hooks.md``; a test keeps the file equal to this."""
+    lines = [
+        "# Hook reference",
+        "",
+        "<!-- Generated by `python -m aitune_core.plugins.hookspecs --markdown > docs/hooks.md`; do not edit. -->",
+        "",
+        f"Plugins are found through the entry-point group `{ENTRY_POINT_GROUP}`. This page lists every hook of",
+        f"plugin API version {PLUGIN_API_VERSION}. Mark implementations with `aitune_core.hookimpl` and declare",
+        f"`AITUNE_PLUGIN_API = {PLUGIN_API_VERSION}` in the entry-point module. An implementation may take any",
+        "subset of a hook's arguments, by name; hooks only ever gain arguments.",
+        "",
+        "Types named below: `Candidate` and `ContainerRegistrar` come from `aitune_core.plugins`;",
+        "`Backend`, `BuildContext` and `Availability` from `aitune_core.backends`.",
+        "",
+    ]
+    specs = hook_specs()
+    lines += [f"- [`{spec.__name__}`](#{spec.__name__})" for spec in specs]
+    lines.append("")
+    for spec in specs:
+        options = getattr(spec, f"{PROJECT_NAME}_spec")
+        lines += [f"## {spec.__name__}", "", "```python", _signature(spec), "```", ""]
+        notes = []
+        if options.get("firstresult"):
+            notes.append("the first result that is not `None` is used")
+        if spec.__name__ in WRAPPER_ONLY:
+            notes.append("implementations must be wrappers: `@hookimpl(wrapper=True)`")
+        if notes:
+            lines += [f"*Calling convention: {'; '.join(notes)}.*", ""]
+        lines += [inspect.cleandoc(spec.__doc__ or ""), ""]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args != ["--markdown"]:
+        print("usage: python -m aitune_core.plugins.hookspecs --markdown", file=sys.stderr)
+        return 2
+    sys.stdout.write(render_markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,138 @@
+"""The values that pass between plugins and the core, and the errors the plugin system raises.
+
+They are attrs classes rather than dicts so that a typo in a field name fails where it
+is made, and so that ``aitune plugins --json`` and the Python API show the same fields.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from aitune_core.backends.base import Availability, Backend
+from aitune_core.metadata.containers import Children, ContainerType, StepKind
+from aitune_core.plugins.api import DEFAULT_PRIORITY
+
+
+class PluginStatus(enum.Enum):
+    LOADED = "loaded"
+    FAILED = "failed"
+    UNAVAILABLE = "unavailable"
+    """Loaded, but none of its backends can run here (no CUDA device, a library missing)."""
+    DISABLED = "disabled"
+    """Left out on purpose, by ``AITUNE_DISABLED_PLUGINS`` or ``AITUNE_PLUGINS``."""
+
+
+@attrs.frozen
+class PluginRecord:
+    """One plugin as ``aitune plugins`` shows it.
+
+    ``name`` is the entry-point name; ``backends`` are the names it registered (empty
+    unless the plugin loaded). ``reason`` says why a plugin failed, is unavailable or
+    is disabled.
+    """
+
+    name: str
+    distribution: str
+    version: str
+    status: PluginStatus
+    reason: str = ""
+    backends: tuple[str, ...] = ()
+    builtin: bool = False
+    api_version: int | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether its hooks take part (loaded or unavailable)."""
+        return self.status in (PluginStatus.LOADED, PluginStatus.UNAVAILABLE)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "status": self.status.value,
+            "reason": self.reason,
+            "backends": list(self.backends),
+            "builtin": self.builtin,
+            "api_version": self.api_version,
+        }
+
+
+@attrs.frozen(eq=False)
+class Candidate:
+    """A backend a plugin proposes for a device when the user names none.
+
+    ``backend`` is a blueprint: strategies build copies of it. Higher ``priority`` is
+    tried first; the eager baseline has the lowest. ``availability`` is filled in from
+    ``backend.availability(device)`` when the plugin leaves it out. ``plugin`` is the
+    distribution that contributed it, filled in by the registry.
+    """
+
+    backend: Backend
+    priority: int = DEFAULT_PRIORITY
+    availability: Availability | None = None
+    plugin: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+    @property
+    def available(self) -> bool:
+        return self.availability is None or self.availability.available
+
+
+@attrs.frozen
+class StagedContainer:
+    cls: type
+    container: ContainerType
+
+
+class ContainerRegistrar:
+    """Collects the container types one plugin registers.
+
+    They reach :data:`aitune_core.metadata.containers.CONTAINERS` only once the whole
+    plugin has loaded, so a plugin that fails halfway leaves nothing behind.
+    """
+
+    def __init__(self) -> None:
+        self.staged: list[StagedContainer] = []
+
+    def register(
+        self,
+        cls: type,
+        flatten: Callable[[Any], Children],
+        unflatten: Callable[[Any, Sequence[Any]], Any],
+        step_kind: StepKind = "attr",
+        name: str | None = None,
+    ) -> None:
+        """Same arguments as :func:`aitune_core.metadata.register_container`."""
+        if not isinstance(cls, type):
+            raise TypeError(f"register() takes a class, got {cls!r}")
+        if step_kind not in ("index", "key", "attr"):
+            raise ValueError(f"step_kind must be 'index', 'key' or 'attr', got {step_kind!r}")
+        if not callable(flatten) or not callable(unflatten):
+            raise TypeError(f"flatten and unflatten of {cls.__qualname__} must be callables")
+        container = ContainerType(name or cls.__qualname__, step_kind, flatten, unflatten)
+        self.staged.append(StagedContainer(cls, container))
+
+
+class PluginError(RuntimeError):
+    """A plugin could not be loaded, and ``AITUNE_STRICT_PLUGINS=1`` asks for failures to raise."""
+
+    def __init__(self, record: PluginRecord) -> None:
+        self.record = record
+        super().__init__(
+            f"aitune plugin {record.name!r} from {record.distribution} {record.version} failed to load: {record.reason}"
+        )
+
+
+class UnknownBackendError(LookupError):
+    """No loaded plugin registers a backend under the name asked for."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

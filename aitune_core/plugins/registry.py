@@ -1,0 +1,461 @@
+"""The plugin registry: pluggy underneath, typed records and backend lookup on top.
+
+Loading follows conda's plugin loader: every plugin is imported and registered on its
+own, and one that fails is logged, recorded with the reason and skipped, so a broken
+plugin never takes the others down (``AITUNE_STRICT_PLUGINS=1`` raises instead).
+
+Nothing depends on the order plugins are found in. They are loaded sorted by
+distribution name, and a backend name claimed by two plugins is a conflict that
+refuses *both* (a name taken by the built-in plugin refuses only the newcomer): keeping
+"the first one" would make the chosen backend depend on which one sorted first.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
+
+import attrs
+import pluggy
+import torch
+
+from aitune_core.backends.base import Availability, Backend, BackendConfig
+from aitune_core.log import get_logger
+from aitune_core.metadata.containers import CONTAINERS
+from aitune_core.plugins import hookspecs
+from aitune_core.plugins.api import (
+    API_ATTRIBUTE,
+    MIN_SUPPORTED_PLUGIN_API,
+    PLUGIN_API_VERSION,
+    PROJECT_NAME,
+)
+from aitune_core.plugins.loader import PluginSource, Selection, all_sources, strict_from_env
+from aitune_core.plugins.records import (
+    Candidate,
+    ContainerRegistrar,
+    PluginError,
+    PluginRecord,
+    PluginStatus,
+    StagedContainer,
+    UnknownBackendError,
+)
+
+_BACKEND_NAME = re.compile(r"[a-z][a-z0-9_.-]*")
+_LIFECYCLE_HOOKS = ("aitune_before_step", "aitune_wrap_step", "aitune_after_step")
+
+KeyParts = Callable[[dict[str, Any]], Hashable | None]
+
+
+class _Refused(Exception):
+    """A plugin is refused; the message is the reason shown to users."""
+
+
+@attrs.define
+class _Loaded:
+    """A plugin that passed its own checks, before conflicts between plugins are resolved."""
+
+    source: PluginSource
+    plugin: Any
+    api_version: int
+    backends: list[type[Backend]]
+    containers: list[StagedContainer]
+
+
+def default_device() -> torch.device:
+    """The device availability is judged on for ``aitune plugins``."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _describe_error(error: BaseException, limit: int = 400) -> str:
+    """One line for tables and logs: the type and the message with its line breaks folded."""
+    text = " ".join(str(error).split())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _check_api(plugin: Any) -> int:
+    version = getattr(plugin, API_ATTRIBUTE, None)
+    if version is None:
+        raise _Refused(
+            f"it does not declare the plugin API it targets; add `{API_ATTRIBUTE} = {PLUGIN_API_VERSION}` "
+            f"to the entry-point module"
+        )
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise _Refused(f"{API_ATTRIBUTE} must be an integer, got {version!r}")
+    if version > PLUGIN_API_VERSION:
+        raise _Refused(
+            f"it targets plugin API {version}, newer than this aitune-core supports "
+            f"(plugin API {PLUGIN_API_VERSION}); upgrade aitune-core"
+        )
+    if version < MIN_SUPPORTED_PLUGIN_API:
+        raise _Refused(
+            f"it targets plugin API {version}, older than this aitune-core supports "
+            f"(plugin API {MIN_SUPPORTED_PLUGIN_API} to {PLUGIN_API_VERSION}); upgrade the plugin"
+        )
+    return version
+
+
+def _check_backend_class(cls: Any) -> str:
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        raise _Refused(f"aitune_register_backends returned {cls!r}, which is not a Backend subclass")
+    name = cls.name
+    if not isinstance(name, str) or not _BACKEND_NAME.fullmatch(name):
+        raise _Refused(
+            f"{cls.__qualname__}.name must be a lowercase name such as 'my_backend' ([a-z][a-z0-9_.-]*), got {name!r}"
+        )
+    config_class = cls.config_class
+    if not (isinstance(config_class, type) and issubclass(config_class, BackendConfig) and attrs.has(config_class)):
+        raise _Refused(f"{cls.__qualname__}.config_class must be an attrs subclass of BackendConfig")
+    if inspect.isabstract(cls):
+        missing = ", ".join(sorted(cls.__abstractmethods__))
+        raise _Refused(f"{cls.__qualname__} is abstract (missing {missing})")
+    return name
+
+
+class PluginRegistry:
+    """The loaded plugins of one process (or of one test), and what they registered.
+
+    Build one with :meth:`load`; :func:`aitune_core.plugins.manager.current_registry`
+    holds the process-wide one. Only the installed registry has its container types in
+    the process-wide container registry (see :meth:`attach`), so a registry loaded just
+    to list plugins changes nothing.
+    """
+
+    def __init__(self) -> None:
+        self.manager = pluggy.PluginManager(PROJECT_NAME)
+        self.manager.add_hookspecs(hookspecs)
+        self._records: dict[str, PluginRecord] = {}  # by plugin id, built-in first
+        self._backends: dict[str, tuple[type[Backend], PluginRecord]] = {}
+        self._plugins: dict[str, Any] = {}  # distribution:entry point -> plugin object, in load order
+        self._containers: list[StagedContainer] = []
+        self._log = get_logger()
+        self.strict = False
+        self.observes_lifecycle = False
+        self._key_parts: list[tuple[str, Callable[..., Any], bool]] = []
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load(
+        cls,
+        sources: Sequence[PluginSource] | None = None,
+        *,
+        strict: bool | None = None,
+        selection: Selection | None = None,
+        device: torch.device | None = None,
+    ) -> PluginRegistry:
+        """Load ``sources`` (by default the built-in plugin and every installed one)."""
+        registry = cls()
+        registry._load(
+            all_sources() if sources is None else sources,
+            strict_from_env() if strict is None else strict,
+            Selection.from_env() if selection is None else selection,
+            default_device() if device is None else device,
+        )
+        return registry
+
+    def _load(self, sources: Sequence[PluginSource], strict: bool, selection: Selection, device: torch.device) -> None:
+        self.strict = strict
+        ordered: dict[str, PluginSource] = {}
+        for source in sorted(sources, key=lambda s: s.sort_key):
+            ordered.setdefault(source.plugin_id, source)
+        records: dict[str, PluginRecord] = {}
+        loaded: list[_Loaded] = []
+        for plugin_id, source in ordered.items():
+            refusal = selection.refusal(source)
+            if refusal is not None:
+                records[plugin_id] = self._record(source, PluginStatus.DISABLED, refusal)
+                self._log.debug("plugin disabled", **self._context(source), reason=refusal)
+                continue
+            try:
+                loaded.append(self._load_one(source))
+            except _Refused as refused:
+                records[plugin_id] = self._fail(source, str(refused), strict)
+        for item, reason in self._conflicts(loaded):
+            self.manager.unregister(item.plugin)
+            records[item.source.plugin_id] = self._fail(item.source, reason, strict, item.api_version)
+        for item in loaded:
+            if item.source.plugin_id not in records:
+                records[item.source.plugin_id] = self._commit(item, device)
+        self._records = {plugin_id: records[plugin_id] for plugin_id in ordered}
+        self._prepare_fast_paths()
+
+    def _load_one(self, source: PluginSource) -> _Loaded:
+        try:
+            plugin = source.load()
+        except Exception as error:
+            raise _Refused(f"import failed: {_describe_error(error)}") from error
+        api_version = _check_api(plugin)
+        if self.manager.is_registered(plugin):
+            raise _Refused(f"{source.value} is already loaded as plugin {self.manager.get_name(plugin)!r}")
+        try:
+            self.manager.register(plugin, name=source.plugin_id)
+        except Exception as error:
+            raise _Refused(f"invalid hook implementation: {_describe_error(error)}") from error
+        try:
+            self._check_hooks(plugin)
+            backends = self._call_own(plugin, "aitune_register_backends")
+            classes = self._check_backends(backends)
+            registrar = ContainerRegistrar()
+            self._call_own(plugin, "aitune_register_containers", containers=registrar)
+        except _Refused:
+            self.manager.unregister(plugin)
+            raise
+        except Exception as error:
+            self.manager.unregister(plugin)
+            raise _Refused(f"registration failed: {_describe_error(error)}") from error
+        return _Loaded(source, plugin, api_version, classes, registrar.staged)
+
+    def _check_hooks(self, plugin: Any) -> None:
+        """What pluggy's ``check_pending`` does, for one plugin, plus wrapper-only hooks."""
+        for caller in self.manager.get_hookcallers(plugin) or []:
+            impls = [impl for impl in caller.get_hookimpls() if impl.plugin is plugin]
+            if not caller.has_spec():
+                if any(not impl.optionalhook for impl in impls):
+                    known = ", ".join(spec.__name__ for spec in hookspecs.hook_specs())
+                    raise _Refused(
+                        f"unknown hook {caller.name!r} (plugin API {PLUGIN_API_VERSION} has: {known}); "
+                        "mark hooks of newer aitune versions with @hookimpl(optionalhook=True)"
+                    )
+            elif caller.name in hookspecs.WRAPPER_ONLY and any(not (i.wrapper or i.hookwrapper) for i in impls):
+                raise _Refused(f"{caller.name} must be implemented as a wrapper: @hookimpl(wrapper=True)")
+
+    def _call_own(self, plugin: Any, hook_name: str, **kwargs: Any) -> list[Any]:
+        """Call one plugin's implementations of a hook, leaving every other plugin out."""
+        caller = getattr(self.manager.hook, hook_name)
+        results = []
+        for impl in caller.get_hookimpls():
+            if impl.plugin is plugin:
+                result = impl.function(*[kwargs[name] for name in impl.argnames])
+                if result is not None:
+                    results.append(result)
+        return results
+
+    def _check_backends(self, results: list[Any]) -> list[type[Backend]]:
+        classes: list[type[Backend]] = []
+        names: set[str] = set()
+        for result in results:
+            if isinstance(result, (str, bytes)) or not isinstance(result, Iterable):
+                raise _Refused(f"aitune_register_backends must return a list of Backend classes, got {result!r}")
+            for cls in result:
+                name = _check_backend_class(cls)
+                if name in names:
+                    raise _Refused(f"it registers the backend name {name!r} twice")
+                names.add(name)
+                classes.append(cls)
+        return classes
+
+    def _conflicts(self, loaded: list[_Loaded]) -> list[tuple[_Loaded, str]]:
+        """Plugins refused because another one claims one of their backend names."""
+        claims: dict[str, list[_Loaded]] = {}
+        for item in loaded:
+            for cls in item.backends:
+                claims.setdefault(cls.name, []).append(item)
+        refused: dict[str, tuple[_Loaded, str]] = {}
+        for name, owners in sorted(claims.items()):
+            if len(owners) < 2:
+                continue
+            builtin = next((owner for owner in owners if owner.source.builtin), None)
+            for owner in owners:
+                if owner is builtin or owner.source.plugin_id in refused:
+                    continue
+                if builtin is not None:
+                    reason = f"backend name {name!r} is taken by the built-in plugin of {builtin.source.distribution}"
+                else:
+                    others = " and ".join(o.source.distribution for o in owners)
+                    reason = (
+                        f"backend name {name!r} is registered by both {others}; neither is loaded "
+                        f"(disable one with AITUNE_DISABLED_PLUGINS)"
+                    )
+                refused[owner.source.plugin_id] = (owner, reason)
+        return list(refused.values())
+
+    def _commit(self, item: _Loaded, device: torch.device) -> PluginRecord:
+        source = item.source
+        for staged in item.containers:
+            if any(kept.cls is staged.cls for kept in self._containers):
+                self._log.warning(
+                    "container type registered twice",
+                    container=staged.cls.__qualname__,
+                    distribution=source.distribution,
+                    hint="the plugin whose distribution name sorts first keeps it",
+                )
+                continue
+            self._containers.append(staged)
+        status, reason = PluginStatus.LOADED, ""
+        if item.backends:
+            checks = [(cls.name, self._availability(cls, device)) for cls in item.backends]
+            if not any(availability.available for _, availability in checks):
+                status = PluginStatus.UNAVAILABLE
+                reason = "; ".join(f"{name}: {availability.reason}" for name, availability in checks)
+                self._log.debug("plugin unavailable", **self._context(source), reason=reason)
+        record = self._record(source, status, reason, tuple(cls.name for cls in item.backends), item.api_version)
+        for cls in item.backends:
+            self._backends[cls.name] = (cls, record)
+        self._plugins[source.plugin_id] = item.plugin
+        return record
+
+    def _availability(self, cls: type[Backend], device: torch.device) -> Availability:
+        try:
+            return cls.availability(device)
+        except Exception as error:
+            return Availability.no(f"availability check failed: {_describe_error(error)}")
+
+    def _fail(self, source: PluginSource, reason: str, strict: bool, api_version: int | None = None) -> PluginRecord:
+        record = self._record(source, PluginStatus.FAILED, reason, api_version=api_version)
+        if strict:
+            raise PluginError(record)
+        self._log.warning(
+            "plugin failed to load",
+            plugin=source.name,
+            distribution=source.distribution,
+            version=source.version,
+            error=reason,
+        )
+        return record
+
+    @staticmethod
+    def _record(
+        source: PluginSource,
+        status: PluginStatus,
+        reason: str = "",
+        backends: tuple[str, ...] = (),
+        api_version: int | None = None,
+    ) -> PluginRecord:
+        return PluginRecord(
+            name=source.name,
+            distribution=source.distribution,
+            version=source.version,
+            status=status,
+            reason=reason,
+            backends=backends,
+            builtin=source.builtin,
+            api_version=api_version,
+        )
+
+    @staticmethod
+    def _context(source: PluginSource) -> dict[str, str]:
+        return {"plugin": source.name, "distribution": source.distribution, "version": source.version}
+
+    def _prepare_fast_paths(self) -> None:
+        """Work out once what per-call paths need, so they cost nothing without plugins."""
+        self.observes_lifecycle = any(getattr(self.manager.hook, name).get_hookimpls() for name in _LIFECYCLE_HOOKS)
+        self._key_parts = [
+            (plugin_id, impl.function, bool(impl.argnames))
+            for plugin_id, plugin in sorted(self._plugins.items())
+            for impl in self.manager.hook.aitune_graph_key_parts.get_hookimpls()
+            if impl.plugin is plugin
+        ]
+
+    def attach(self) -> None:
+        """Add the plugins' container types to the process-wide container registry."""
+        for staged in self._containers:
+            container = staged.container
+            CONTAINERS.register(staged.cls, container.flatten, container.unflatten, container.step_kind, container.name)
+
+    def detach(self) -> None:
+        """Take back what :meth:`attach` added."""
+        for staged in self._containers:
+            CONTAINERS.unregister(staged.cls)
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def hook(self) -> Any:
+        return self.manager.hook
+
+    def records(self) -> list[PluginRecord]:
+        """Every plugin found: built-in first, then by distribution name."""
+        return list(self._records.values())
+
+    def backend_names(self) -> list[str]:
+        return sorted(self._backends)
+
+    def backend_classes(self) -> dict[str, type[Backend]]:
+        return {name: cls for name, (cls, _) in sorted(self._backends.items())}
+
+    def backend_plugin(self, name: str) -> PluginRecord:
+        """The plugin that registered backend ``name``."""
+        self.backend_class(name)
+        return self._backends[name][1]
+
+    def backend_class(self, name: str) -> type[Backend]:
+        entry = self._backends.get(name)
+        if entry is not None:
+            return entry[0]
+        message = f"unknown backend {name!r}; choose one of: {', '.join(self.backend_names()) or '(none)'}"
+        failed = [r for r in self._records.values() if r.status is PluginStatus.FAILED]
+        if failed:
+            message += "; plugins that failed to load: " + ", ".join(f"{r.distribution} ({r.reason})" for r in failed)
+        raise UnknownBackendError(message)
+
+    def each_result(self, hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:
+        """Call a hook plugin by plugin, in distribution order, keeping results that are not None.
+
+        A plugin whose implementation raises is logged and left out (strict mode raises),
+        so one faulty plugin cannot break tuning for the others.
+        """
+        caller = getattr(self.manager.hook, hook_name)
+        impls = caller.get_hookimpls()
+        results: list[tuple[str, Any]] = []
+        for plugin_id, plugin in sorted(self._plugins.items()):
+            for impl in impls:
+                if impl.plugin is not plugin:
+                    continue
+                try:
+                    result = impl.function(*[kwargs[name] for name in impl.argnames])
+                except Exception as error:
+                    if self.strict:
+                        raise
+                    self._log.warning("plugin hook failed", plugin=plugin_id, hook=hook_name, error=repr(error))
+                    continue
+                if result is not None:
+                    results.append((plugin_id, result))
+        return results
+
+    def default_candidates(self, device: torch.device | str) -> list[Candidate]:
+        """Every plugin's proposals for ``device``: highest priority first, then by backend name."""
+        device = torch.device(device)
+        candidates: list[Candidate] = []
+        for plugin_id, proposals in self.each_result("aitune_default_candidates", device=device):
+            distribution = self._records[plugin_id].distribution
+            for proposal in proposals:
+                if not isinstance(proposal, Candidate) or not isinstance(proposal.backend, Backend):
+                    self._log.warning("invalid default candidate", distribution=distribution, candidate=repr(proposal))
+                    continue
+                registered = self._backends.get(proposal.backend.name)
+                if registered is None or registered[0] is not type(proposal.backend):
+                    self._log.warning(
+                        "default candidate of an unregistered backend class",
+                        distribution=distribution,
+                        backend=type(proposal.backend).__qualname__,
+                        hint="return the class from aitune_register_backends",
+                    )
+                    continue
+                availability = proposal.availability or self._availability(type(proposal.backend), device)
+                candidates.append(attrs.evolve(proposal, availability=availability, plugin=distribution))
+        return sorted(candidates, key=lambda c: (-c.priority, c.name, c.backend.describe()))
+
+    def choose_strategy(self, module: Any, device: torch.device | str) -> Any | None:
+        results = self.each_result("aitune_choose_strategy", module=module, device=torch.device(device))
+        return results[0][1] if results else None
+
+    def extend_converter(self, converter: Any) -> None:
+        self.each_result("aitune_extend_converter", converter=converter)
+
+    def graph_key_parts(self) -> KeyParts | None:
+        """A function adding the plugins' key parts to a call's key, or None when no plugin does."""
+        parts = list(self._key_parts)
+        if not parts:
+            return None
+
+        def key_parts(arguments: dict[str, Any]) -> Hashable | None:
+            found = []
+            for plugin_id, function, takes_arguments in parts:
+                part = function(arguments) if takes_arguments else function()
+                if part is not None:
+                    found.append((plugin_id, part))
+            return tuple(found) if found else None
+
+        return key_parts

@@ -1,0 +1,19 @@
+"""One of two plugins that both register the backend name 'fake_dup'."""
+
+from aitune_core import hookimpl
+from aitune_core.backends import Backend, TorchEagerBackend
+
+AITUNE_PLUGIN_API = 1
+
+
+class DupBackendb(TorchEagerBackend):
+    name = "fake_dup"
+
+
+class OnlybBackend(TorchEagerBackend):
+    name = "fake_only_b"
+
+
+@hookimpl
+def aitune_register_backends() -> list[type[Backend]]:
+    return [DupBackendb, OnlybBackend]
