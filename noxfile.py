@@ -15,7 +15,7 @@ from pathlib import Path
 import nox
 
 ROOT = Path(__file__).parent
-nox.options.sessions = ["lint", "tests_core"]
+nox.options.sessions = ["lint", "tests_core", "tests_example_plugin"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = False
 
@@ -50,3 +50,50 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", "aitune_core")
     session.run("mypy", "aitune_core")
+
+
+# Runs `aitune plugins --json` as installed (the console script, not the source tree) and
+# checks that it lists the built-in plugin and the example, loaded, and nothing else.
+_EXAMPLE_LISTING_CHECK = """
+import json, subprocess, sys
+out = subprocess.run(["aitune", "plugins", "--json"], check=True, capture_output=True, text=True).stdout
+found = sorted((p["distribution"], p["name"], p["status"]) for p in json.loads(out)["plugins"])
+expected = [("aitune-core", "builtin", "loaded"), ("aitune-example-backend", "example_fx_fuse", "loaded")]
+if found != expected:
+    sys.exit(f"aitune plugins --json listed {found}, expected {expected}")
+print("aitune plugins --json lists", found)
+"""
+
+
+@nox.session
+def tests_example_plugin(session: nox.Session) -> None:
+    """The example plugin installed from its own pyproject.toml, next to the core: its tests and discovery."""
+    install(session, ".", "./examples/aitune_example_backend", "pytest")
+    session.run("python", "-c", _EXAMPLE_LISTING_CHECK)
+    # importlib mode: the tests import the installed plugin, not the source folder beside them.
+    pytest(session, "--import-mode=importlib", "examples/aitune_example_backend")
+
+
+# `aitune plugins --json` as installed must list the inductor plugin with both backends
+# (unavailable, with the reason, is accepted on a machine without a C++ compiler).
+_INDUCTOR_LISTING_CHECK = """
+import json, subprocess, sys
+out = subprocess.run(["aitune", "plugins", "--json"], check=True, capture_output=True, text=True).stdout
+found = [p for p in json.loads(out)["plugins"] if p["distribution"] == "aitune-inductor"]
+if len(found) != 1 or found[0]["backends"] != ["inductor_jit", "inductor_aot"] \\
+        or found[0]["status"] not in ("loaded", "unavailable"):
+    sys.exit(f"aitune plugins --json listed {found} for aitune-inductor")
+print("aitune plugins --json lists", found[0]["name"], found[0]["status"], found[0]["backends"], found[0]["reason"])
+"""
+
+
+@nox.session
+def tests_plugin_inductor(session: nox.Session) -> None:
+    """The inductor plugin installed from its own pyproject.toml, next to the core: discovery and its tests."""
+    install(session, ".", "./plugins/aitune_inductor", "pytest")
+    session.run("python", "-c", _INDUCTOR_LISTING_CHECK)
+    # importlib mode: the tests import the installed plugin, not the source folder beside them.
+    pytest(session, "--import-mode=importlib", "plugins/aitune_inductor")
+
+
+nox.options.sessions.append("tests_plugin_inductor")

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 SUITES: dict[str, str] = {
     "foundation": "bench.foundation",
+    "inductor": "bench.inductor",
+    "tuning": "bench.tuning",
 }
 
 

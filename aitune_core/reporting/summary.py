@@ -78,6 +78,12 @@ class TuneReport:
         if self.dry_run:
             return "Dry run, nothing was built. Plan:\n" + "\n".join(self.plan)
         text = render_table(self.rows(), SUMMARY_HEADERS, "fancy_grid")
+        for report in self.graphs:
+            sweep = _sweep_table(report)
+            if sweep:
+                text += (
+                    f"\nThroughput by batch size (samples/s), module `{report.module}` graph {report.graph}:\n{sweep}"
+                )
         if self.timings:
             parts = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in self.timings.items())
             text += f"\nTime: {parts}"
@@ -85,6 +91,18 @@ class TuneReport:
 
     def __str__(self) -> str:
         return self.summary()
+
+
+def _sweep_table(report: GraphReport) -> str:
+    measured = [c for c in report.candidates if len(c.sweep) > 1]
+    if not measured:
+        return ""
+    sizes = sorted({m.batch_size for c in measured for m in c.sweep})
+    rows = []
+    for candidate in measured:
+        by_size = {m.batch_size: m.throughput for m in candidate.sweep}
+        rows.append([candidate.backend, *(f"{by_size[s]:.1f}" if s in by_size else "-" for s in sizes)])
+    return render_table(rows, ["Backend", *(str(s) for s in sizes)], "simple")
 
 
 def _short(text: str, limit: int = 90) -> str:

@@ -72,6 +72,8 @@ class TuneStrategy(abc.ABC):
         self.performance_validation = True
         self.results: list[CandidateResult] = []
         self.session: GraphSession | None = None
+        self._candidate_count = 0
+        self._candidate_index = 0
 
     # ------------------------------------------------------------------ switches
     def enable_correctness_check(self, enabled: bool) -> TuneStrategy:
@@ -101,6 +103,7 @@ class TuneStrategy(abc.ABC):
     ) -> Backend:
         """Choose, build and return the backend for one graph (ACTIVE)."""
         self.results = []
+        self._candidate_count = self._candidate_index = 0
         self.session = GraphSession(
             module=module,
             module_name=name,
@@ -175,6 +178,8 @@ class TuneStrategy(abc.ABC):
                         blueprint.describe(), "skipped", "availability", availability.reason, key=blueprint.key()
                     )
                 )
+        self._candidate_count = len(available)
+        self._candidate_index = 0
         return available
 
     def evaluate(self, blueprint: Backend, profile_at: list[int | None], raise_errors: bool = False) -> CandidateResult:
@@ -188,7 +193,10 @@ class TuneStrategy(abc.ABC):
         assert session is not None
         result = CandidateResult(blueprint.describe(), "failed", key=blueprint.key())
         self.results.append(result)
+        self._candidate_index += 1
+        total = max(self._candidate_count, self._candidate_index)
         log = session.log.bind(backend=result.backend)
+        log.info("candidate", progress=f"{self._candidate_index}/{total}")
         backend: Backend | None = None
         stage = "build"
         try:

@@ -1,0 +1,194 @@
+"""TorchInductorAotBackend: ``torch.export`` + AOT Inductor, compiled once into a ``.pt2`` package.
+
+The package is the artifact: a checkpoint carries it, and loading it elsewhere needs
+neither the model's Python code nor a compiler, and compiles nothing. Shapes are fixed
+at export time, so the graph's ranges become ``torch.export`` dims (see :mod:`.dims`).
+
+The package does not check the upper bounds of its dims when it runs; aitune's routing
+sends calls outside the tuned range to eager before they reach the backend. Nor does
+it check strides: a package exported from contiguous inputs reads a non-contiguous
+input (a slice of a larger tensor) as if it were contiguous and returns wrong numbers
+without an error. Packages are therefore always exported from contiguous inputs, and
+calls get contiguous tensors (a no-op for the usual, contiguous, input).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+
+from aitune_core.backends.base import Availability, Backend, BackendConfig, BuildContext
+from aitune_inductor.availability import inductor_availability
+from aitune_inductor.call_layout import CallLayout
+from aitune_inductor.calls import build_calls
+from aitune_inductor.config_checks import check_options, options_dict
+from aitune_inductor.dims import describe_dims, export_shapes
+
+MIN_TORCH = "2.6"
+PACKAGE_ARTIFACT = "package"
+PACKAGE_FILE = "inductor-aot.pt2"
+
+
+@attrs.frozen
+class TorchInductorAotBackendConfig(BackendConfig):
+    """How the graph is exported and compiled.
+
+    strict: ``torch.export`` strict mode (trace with Dynamo) instead of the default
+        non-strict tracing through Python.
+    inductor_configs: Inductor options for the AOT compile (``torch._inductor.list_options()``).
+    """
+
+    strict: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    inductor_configs: dict[str, Any] | None = attrs.field(default=None, converter=options_dict, validator=check_options)
+
+
+def _torch_too_old() -> str | None:
+    from torch.torch_version import TorchVersion
+
+    if TorchVersion(torch.__version__) < MIN_TORCH:
+        return f"AOT Inductor packages need torch >= {MIN_TORCH}, found {torch.__version__}"
+    return None
+
+
+class TorchInductorAotBackend(Backend):
+    """The graph exported with its dims, compiled by AOT Inductor and run from the loaded package."""
+
+    name = "inductor_aot"
+    config_class = TorchInductorAotBackendConfig
+    supported_devices = ("cpu", "cuda")
+
+    def __init__(self, config: TorchInductorAotBackendConfig | None = None, **overrides: Any) -> None:
+        super().__init__(config, **overrides)
+        self._package: Path | None = None
+        self._layout: CallLayout | None = None
+        self._model: Any = None
+
+    @property
+    def is_jit(self) -> bool:
+        return False
+
+    @property
+    def package_path(self) -> Path | None:
+        return self._package
+
+    @classmethod
+    def availability(cls, device: torch.device | str) -> Availability:
+        base = super().availability(device)
+        if not base.available:
+            return base
+        too_old = _torch_too_old()
+        if too_old is not None:
+            return Availability.no(too_old)
+        return inductor_availability(torch.device(device), needs_cpp_on_cuda=True)
+
+    # ------------------------------------------------------------------ building
+    def _build(self, context: BuildContext) -> None:
+        import torch._inductor
+
+        config: TorchInductorAotBackendConfig = self.config  # type: ignore[assignment]
+        calls = build_calls(context)
+        _, example = calls[0]
+        example = {name: contiguous(value) for name, value in example.items()}
+        args, kwargs = context.signature.bind(example)
+        started = time.perf_counter()
+        with torch.no_grad():
+            program = torch.export.export(
+                context.module,
+                args,
+                kwargs,
+                dynamic_shapes=export_shapes(example, context.graph_spec),
+                strict=config.strict,
+            )
+        exported = time.perf_counter()
+        context.cache_dir.mkdir(parents=True, exist_ok=True)
+        # Compiled under a unique name and moved into place in one step, so a reader never
+        # sees half a package. Loaded packages live in memory: replacing the file is safe.
+        package = context.cache_dir / PACKAGE_FILE
+        building = context.cache_dir / f"building-{uuid.uuid4().hex}.pt2"
+        try:
+            torch._inductor.aoti_compile_and_package(
+                program, package_path=str(building), inductor_configs=dict(config.inductor_configs or {})
+            )
+            os.replace(building, package)
+        finally:
+            building.unlink(missing_ok=True)
+        compiled = time.perf_counter()
+        self._package = package
+        self._layout = CallLayout.of_call(context.signature, args, kwargs)
+        self._load()
+        for _, arguments in calls:
+            call_args, call_kwargs = context.signature.bind(arguments)
+            self._infer(*call_args, **call_kwargs)
+        self.build_info = {
+            "export_s": round(exported - started, 3),
+            "compile_s": round(compiled - exported, 3),
+            "package": str(package),
+            "package_bytes": package.stat().st_size,
+            "dims": describe_dims(context.graph_spec),
+        }
+
+    def _load(self) -> None:
+        """Load the package; this never compiles (the .so inside is used as it is)."""
+        import torch._inductor
+
+        if self._package is None:
+            raise RuntimeError(f"{self.describe()} has no package to load; build it or restore it from a checkpoint")
+        if not self._package.is_file():
+            raise FileNotFoundError(f"{self.describe()}: package {self._package} does not exist")
+        device = self.context.device if self.context is not None else None
+        index = device.index if device is not None and device.type == "cuda" and device.index is not None else -1
+        self._model = torch._inductor.aoti_load_package(str(self._package), device_index=index)
+
+    # ------------------------------------------------------------------ persistence
+    def _artifacts(self) -> dict[str, Path]:
+        return {PACKAGE_ARTIFACT: self._package} if self._package is not None else {}
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"layout": self._layout.to_dict()} if self._layout is not None else {}
+
+    def _restore(self, artifacts: dict[str, Path], extra: dict[str, Any]) -> None:
+        if PACKAGE_ARTIFACT not in artifacts:
+            raise ValueError(f"{type(self).__name__} checkpoint data has no {PACKAGE_ARTIFACT!r} artifact")
+        self._package = Path(artifacts[PACKAGE_ARTIFACT])
+        layout = extra.get("layout")
+        self._layout = CallLayout.from_dict(layout) if layout else None
+
+    # ------------------------------------------------------------------ lifecycle
+    def _activate(self) -> None:
+        self._load()
+
+    def _deactivate(self) -> None:
+        self._model = None
+
+    # ------------------------------------------------------------------ inference
+    def _infer(self, *args: Any, **kwargs: Any) -> Any:
+        layout = self._layout
+        if layout is not None and not layout.matches(args, kwargs):
+            args, kwargs = layout.arrange(args, kwargs)
+        if not _all_contiguous(args) or not _all_contiguous(kwargs.values()):
+            args, kwargs = contiguous(args), contiguous(kwargs)
+        return self._model(*args, **kwargs)
+
+
+def contiguous(value: Any) -> Any:
+    """``value`` with every tensor in it contiguous (the layout packages are exported with)."""
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_map_only(torch.Tensor, lambda tensor: tensor.contiguous(), value)
+
+
+def _all_contiguous(values: Any) -> bool:
+    """A cheap check of the top level; anything that is not a plain tensor takes the full walk."""
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            if not value.is_contiguous():
+                return False
+        elif isinstance(value, (list, tuple, dict)):
+            return False
+    return True

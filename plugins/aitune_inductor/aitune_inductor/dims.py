@@ -1,0 +1,134 @@
+"""The ranged axes of a graph, told to torch.compile and torch.export.
+
+A graph spec knows, for every input tensor, which axes are batch axes (size =
+multiplier x batch size) and which vary on their own (``dimN``), with the smallest and
+largest size seen. Compilers must hear the same: an axis they believe static is baked
+into the kernels, and one they believe unbounded cannot be optimised for its range.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from aitune_core.graphs.graph_spec import GraphSpec
+from aitune_core.metadata.locator import Locator
+
+# torch.compile specialises sizes 0 and 1 whatever it is told ("the zero-one
+# specialization problem" in the dynamic shapes docs), and mark_dynamic refuses a
+# lower bound it cannot keep. Ranges start at 2; a call of size 1 gets its own graph.
+MIN_DYNAMIC_SIZE = 2
+
+
+@attrs.frozen
+class RangedAxis:
+    """One axis whose size varies across the calls of a graph.
+
+    multiplier: for batch axes, the size is ``multiplier * batch``; None for dynamic axes.
+    """
+
+    locator: Locator
+    axis: int
+    low: int
+    high: int
+    multiplier: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.locator.display_path}[{self.axis}]"
+
+
+def ranged_axes(graph: GraphSpec) -> list[RangedAxis]:
+    """Every batch and dynamic axis of the graph's inputs, in input order."""
+    axes = []
+    for locator, spec in graph.input_spec.tensor_data:
+        for axis, multiplier in sorted(spec.get_batch_axis_multipliers().items()):
+            axes.append(RangedAxis(locator, axis, spec.min_shape[axis], spec.max_shape[axis], multiplier))
+        for axis in spec.dynamic_axes():
+            axes.append(RangedAxis(locator, axis, spec.min_shape[axis], spec.max_shape[axis]))
+    return axes
+
+
+def compile_bounds(axis: RangedAxis, batch_range: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The ``(min, max)`` to give ``mark_dynamic``, or None to leave the axis to specialise.
+
+    Batch axes take their bounds from the batch range, so that all of them agree on
+    ``size = multiplier * batch``; bounds that contradict a relation the model implies
+    would make Dynamo raise.
+    """
+    if axis.multiplier is not None and batch_range is not None:
+        low = axis.multiplier * max(batch_range[0], MIN_DYNAMIC_SIZE)
+        high = axis.multiplier * batch_range[1]
+    else:
+        low, high = max(axis.low, MIN_DYNAMIC_SIZE), axis.high
+    return (low, high) if low < high else None
+
+
+def mark_dynamic(arguments: dict[str, Any], graph: GraphSpec, bounded: bool = True) -> list[str]:
+    """Mark the ranged axes of a call's tensors dynamic, before torch.compile first sees them.
+
+    bounded: give the tuned min and max (``mark_dynamic``); without, only hint that the
+        axis varies (``maybe_mark_dynamic``), for models whose shapes the bounds contradict.
+    Returns the axes marked, for the build report. Axes whose size in this call lies
+    outside the bounds are left alone: marking them would fail the call.
+    """
+    import torch._dynamo
+
+    marked = []
+    batch_range = graph.batch_range
+    for axis in ranged_axes(graph):
+        bounds = compile_bounds(axis, batch_range)
+        if bounds is None:
+            continue
+        tensor = axis.locator.get(arguments)
+        if not bounds[0] <= tensor.shape[axis.axis] <= bounds[1]:
+            continue
+        if bounded:
+            torch._dynamo.mark_dynamic(tensor, axis.axis, min=bounds[0], max=bounds[1])
+        else:
+            torch._dynamo.maybe_mark_dynamic(tensor, axis.axis)
+        marked.append(f"{axis.name} in [{bounds[0]}, {bounds[1]}]")
+    return marked
+
+
+def describe_dims(graph: GraphSpec) -> list[str]:
+    """The dims an export gets, readable: ``x[0] = 2*batch in [2, 16]``, ``tokens[1] in [3, 9]``."""
+    lines = []
+    for axis in ranged_axes(graph):
+        if axis.multiplier is None:
+            lines.append(f"{axis.name} in [{axis.low}, {axis.high}]")
+        else:
+            factor = "" if axis.multiplier == 1 else f"{axis.multiplier}*"
+            lines.append(f"{axis.name} = {factor}batch in [{axis.low}, {axis.high}]")
+    return lines
+
+
+def export_shapes(arguments: dict[str, Any], graph: GraphSpec) -> Any:
+    """``dynamic_shapes`` for ``torch.export.export`` of a call with these arguments.
+
+    Batch axes share one ``Dim("batch")``; an axis holding ``m`` rows per sample is the
+    derived dim ``m * batch``, so export knows the inputs' batch sizes move together.
+    Dynamic axes get ``Dim.DYNAMIC`` with their min and max: export then infers how
+    they relate to each other (two inputs sharing a sequence length) instead of
+    failing because two independent names were given to what the model requires equal.
+    Tensors are keyed by identity (``ShapesCollection``), so ``arguments`` must hold
+    the very tensors passed to export.
+    """
+    from torch.export import Dim, ShapesCollection
+
+    batch_range = graph.batch_range
+    batch = None
+    if batch_range is not None and batch_range[0] < batch_range[1]:
+        batch = Dim("batch", min=batch_range[0], max=batch_range[1])
+    shapes = ShapesCollection()
+    for locator, spec in graph.input_spec.tensor_data:
+        dims: dict[int, Any] = {}
+        if batch is not None:
+            for axis, multiplier in spec.get_batch_axis_multipliers().items():
+                dims[axis] = batch if multiplier == 1 else multiplier * batch
+        for axis in spec.dynamic_axes():
+            dims[axis] = Dim.DYNAMIC(min=spec.min_shape[axis], max=spec.max_shape[axis])
+        if dims:
+            shapes[locator.get(arguments)] = dims
+    return shapes

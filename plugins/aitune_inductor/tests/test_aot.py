@@ -1,0 +1,132 @@
+"""The AOT backend: export dims from the graph, nested outputs, and a package that loads without compiling."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from aitune_core.backends.base import BuildContext
+from aitune_core.backends.state import BackendState
+from aitune_inductor import TorchInductorAotBackend
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def built(two_inputs_context: BuildContext) -> Iterator[TorchInductorAotBackend]:
+    backend = TorchInductorAotBackend().build(two_inputs_context)
+    yield backend
+    backend.deactivate()
+
+
+def test_exports_one_shared_batch_dim(built: TorchInductorAotBackend) -> None:
+    assert built.build_info["dims"] == ["x[0] = batch in [2, 8]", "y[0] = 2*batch in [4, 16]"]
+    package = built.to_dict()["artifacts"]["package"]
+    assert Path(package).is_file() and Path(package).suffix == ".pt2"
+    assert built.context is not None and Path(package).parent == built.context.cache_dir
+
+
+@pytest.mark.parametrize("which", ["min", "opt", "max"])
+def test_matches_eager_with_nested_outputs(
+    built: TorchInductorAotBackend, two_inputs_context: BuildContext, helpers: Any, which: str
+) -> None:
+    args, kwargs = helpers.at_shape(two_inputs_context, which)
+    with torch.no_grad():
+        expected = two_inputs_context.module(*args, **kwargs)
+    actual = built(*args, **kwargs)
+    assert isinstance(actual, dict) and isinstance(actual["extra"], tuple)
+    torch.testing.assert_close(actual, expected)
+
+
+def test_any_call_form_of_the_graph(built: TorchInductorAotBackend, two_inputs_context: BuildContext) -> None:
+    x, y = torch.randn(3, 8), torch.randn(6, 3)  # batch 3: in range, never recorded
+    with torch.no_grad():
+        expected = two_inputs_context.module(x, y)
+    for args, kwargs in [((x, y), {}), ((x,), {"y": y}), ((), {"x": x, "y": y}), ((), {"y": y, "x": x})]:
+        torch.testing.assert_close(built(*args, **kwargs), expected)
+
+
+def test_non_contiguous_inputs(built: TorchInductorAotBackend, two_inputs_context: BuildContext) -> None:
+    """A package reads inputs with the strides it was exported with; a slice must not give wrong numbers."""
+    x, y = torch.randn(3, 16)[:, ::2], torch.randn(6, 6)[:, :3]
+    assert not x.is_contiguous() and not y.is_contiguous()
+    with torch.no_grad():
+        torch.testing.assert_close(built(x, y=y), two_inputs_context.module(x, y))
+
+
+RESTORE_SCRIPT = """
+import json, sys
+import torch
+import torch._inductor, torch.export
+from torch._dynamo.utils import counters
+
+def refuse(*args, **kwargs):
+    raise AssertionError("restoring a package must not export or compile")
+
+torch.export.export = refuse
+torch._inductor.aoti_compile_and_package = refuse
+torch._inductor.aot_compile = refuse
+import torch._inductor.compile_fx as compile_fx
+compile_fx.compile_fx = compile_fx.compile_fx_aot = refuse
+
+from aitune_inductor import TorchInductorAotBackend
+
+state = json.loads(open(sys.argv[1]).read())
+io = torch.load(sys.argv[2], weights_only=True)
+backend = TorchInductorAotBackend.from_dict(state)
+assert backend.state.name == "CHECKPOINT_LOADED"
+backend.{step}()
+out = backend(io["x"], y=io["y"])
+torch.testing.assert_close(out, io["expected"])
+assert isinstance(out, dict) and isinstance(out["extra"], tuple)
+assert not counters["inductor"], dict(counters["inductor"])
+print("restored", backend.state.name)
+"""
+
+
+@pytest.mark.parametrize("step", ["activate", "deploy"])
+def test_restores_in_a_fresh_process_without_compiling(
+    built: TorchInductorAotBackend, two_inputs_context: BuildContext, tmp_path: Path, helpers: Any, step: str
+) -> None:
+    moved = tmp_path / "checkpoint" / "model.pt2"
+    moved.parent.mkdir()
+    assert built.package_path is not None
+    moved.write_bytes(built.package_path.read_bytes())
+    state = built.to_dict()
+    state["artifacts"] = {"package": str(moved)}
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    x, y = torch.randn(5, 8), torch.randn(10, 3)
+    with torch.no_grad():
+        torch.save({"x": x, "y": y, "expected": two_inputs_context.module(x, y)}, tmp_path / "io.pt")
+    script = tmp_path / "restore.py"
+    script.write_text(textwrap.dedent(RESTORE_SCRIPT).replace("{step}", step))
+    completed = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "state.json"), str(tmp_path / "io.pt")],
+        capture_output=True,
+        text=True,
+        env=helpers.env_with_sources(),
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.strip().endswith(
+        f"restored {BackendState.ACTIVE.name if step == 'activate' else 'DEPLOYED'}"
+    )
+
+
+def test_deactivate_then_activate_reloads_the_package(
+    built: TorchInductorAotBackend, two_inputs_context: BuildContext
+) -> None:
+    built.deactivate()
+    assert built._model is None
+    built.activate()
+    x, y = torch.randn(2, 8), torch.randn(4, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(built(x, y), two_inputs_context.module(x, y))
