@@ -28,7 +28,7 @@ from aitune_inductor.availability import inductor_availability
 from aitune_inductor.call_layout import CallLayout
 from aitune_inductor.calls import build_calls
 from aitune_inductor.config_checks import check_options, options_dict
-from aitune_inductor.dims import describe_dims, export_shapes
+from aitune_inductor.dims import describe_dims, export_example, export_shapes
 
 MIN_TORCH = "2.6"
 PACKAGE_ARTIFACT = "package"
@@ -93,18 +93,11 @@ class TorchInductorAotBackend(Backend):
 
         config: TorchInductorAotBackendConfig = self.config  # type: ignore[assignment]
         calls = build_calls(context)
-        _, example = calls[0]
-        example = {name: contiguous(value) for name, value in example.items()}
-        args, kwargs = context.signature.bind(example)
         started = time.perf_counter()
-        with torch.no_grad():
-            program = torch.export.export(
-                context.module,
-                args,
-                kwargs,
-                dynamic_shapes=export_shapes(example, context.graph_spec),
-                strict=config.strict,
-            )
+        try:
+            program, args, kwargs = self._export(context, export_example(calls[0][1], context.graph_spec))
+        except Exception:
+            program, args, kwargs = self._export(context, calls[0][1])
         exported = time.perf_counter()
         context.cache_dir.mkdir(parents=True, exist_ok=True)
         # Compiled under a unique name and moved into place in one step, so a reader never
@@ -132,6 +125,20 @@ class TorchInductorAotBackend(Backend):
             "package_bytes": package.stat().st_size,
             "dims": describe_dims(context.graph_spec),
         }
+
+    def _export(self, context: BuildContext, example: dict[str, Any]) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+        config: TorchInductorAotBackendConfig = self.config  # type: ignore[assignment]
+        example = {name: contiguous(value) for name, value in example.items()}
+        args, kwargs = context.signature.bind(example)
+        with torch.no_grad():
+            program = torch.export.export(
+                context.module,
+                args,
+                kwargs,
+                dynamic_shapes=export_shapes(example, context.graph_spec),
+                strict=config.strict,
+            )
+        return program, args, kwargs
 
     def _load(self) -> None:
         """Load the package; this never compiles (the .so inside is used as it is)."""

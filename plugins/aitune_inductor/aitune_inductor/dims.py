@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import torch
 
 from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_core.metadata.locator import Locator
@@ -132,3 +133,42 @@ def export_shapes(arguments: dict[str, Any], graph: GraphSpec) -> Any:
         if dims:
             shapes[locator.get(arguments)] = dims
     return shapes
+
+
+def _distinct_size(low: int, high: int) -> int:
+    """A size in ``[low, high]`` unlikely to equal any static size of the model.
+
+    Export and Inductor treat a dynamic size whose example value equals a static size
+    (a batch of 16 in a model with 16 channels) as possibly the same symbol, and the
+    compiled package can then silently compute wrong numbers at other sizes. A prime
+    rarely collides with the power-of-two-ish sizes models use; 0 and 1 are avoided
+    because they are always specialised.
+    """
+    for size in range(high, max(low, 2) - 1, -1):
+        if size > 2 and all(size % d for d in range(2, int(size**0.5) + 1)):
+            return size
+    return high
+
+
+def export_example(arguments: dict[str, Any], graph: GraphSpec) -> dict[str, Any]:
+    """The recorded call resized so that every batch and dynamic axis has a distinct example size."""
+    from aitune_core.metadata.locator import Locator, map_leaves
+    from aitune_core.metadata.resize import resize
+
+    batch_range = graph.batch_range
+    batch = _distinct_size(*batch_range) if batch_range is not None else None
+    targets: dict[Locator, list[int]] = {}
+    for locator, spec in graph.input_spec.tensor_data:
+        shape = list(locator.get(arguments).shape)
+        if batch is not None:
+            for axis, multiplier in spec.get_batch_axis_multipliers().items():
+                shape[axis] = multiplier * batch
+        for axis in spec.dynamic_axes():
+            shape[axis] = _distinct_size(spec.min_shape[axis], spec.max_shape[axis])
+        targets[locator] = shape
+
+    def visit(locator: Locator, leaf: Any) -> Any:
+        target = targets.get(locator)
+        return resize(leaf, target) if target is not None and isinstance(leaf, torch.Tensor) else leaf
+
+    return {name: map_leaves(value, Locator(name), visit) for name, value in arguments.items()}

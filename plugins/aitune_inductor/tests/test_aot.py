@@ -130,3 +130,27 @@ def test_deactivate_then_activate_reloads_the_package(
     x, y = torch.randn(2, 8), torch.randn(4, 3)
     with torch.no_grad():
         torch.testing.assert_close(built(x, y), two_inputs_context.module(x, y))
+
+
+def test_batch_range_ending_at_a_model_size_stays_correct(tmp_path: Path) -> None:
+    """A batch range ending at the model's channel count (16 here): exporting with batch 16 as
+    the example let the package alias the batch with the channels, and batch 1 came back as
+    16 rows of NaN. The example batch is now a size no model dimension is likely to have."""
+    import aitune_core as ait
+
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.Flatten(), torch.nn.Linear(16 * 8 * 8, 3)
+    ).eval()
+    module = ait.Module(model, "aot-batch-at-channels")
+    ait.config.cache_dir = tmp_path
+    try:
+        strategy = ait.FirstWinsStrategy([TorchInductorAotBackend()]).enable_performance_validation(False)
+        report = ait.tune(module, [torch.randn(3, 8, 8) for _ in range(4)], batch_sizes=[1, 16], strategy=strategy)
+        assert report.graphs[0].candidates[0].status == "selected", report.graphs[0].candidates[0].reason
+        for batch in (1, 2, 15, 16):
+            x = torch.randn(batch, 3, 8, 8)
+            with torch.no_grad():
+                torch.testing.assert_close(module(x), model(x))
+    finally:
+        ait.config.reset()
+        del module
