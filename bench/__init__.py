@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 SUITES: dict[str, str] = {
     "foundation": "bench.foundation",
     "inductor": "bench.inductor",
+    "onnx": "bench.onnx",
     "tuning": "bench.tuning",
 }
 

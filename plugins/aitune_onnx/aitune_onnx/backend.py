@@ -1,0 +1,265 @@
+"""ONNXRuntimeBackend: the graph exported to ONNX and run by an ONNX Runtime session.
+
+The ``.onnx`` file (and its external data file, for large models) is the artifact: a
+checkpoint carries it, and a backend restored from one loads it straight into a
+session, with no export and without the model's code at hand. What a restored backend
+needs besides the file (the input and output layout, see :mod:`.layout`) is saved as
+plain JSON next to the config.
+
+ONNX models are built for ranges, but ONNX Runtime does not check the graph's tuned
+upper bounds on each call; aitune's routing sends calls outside the tuned range to
+eager before they reach the backend.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aitune_core.backends.base import Availability, Backend, BuildContext
+from aitune_core.graphs.forward_signature import ForwardSignature
+from aitune_core.validation.inputs import to_device
+from aitune_onnx.config import ONNXRuntimeBackendConfig
+from aitune_onnx.export import ExportedModel, data_file_name, export_graph
+from aitune_onnx.layout import IOLayout, LayoutNotSerializable
+from aitune_onnx.session import PROVIDER_DEVICES, OrtRunner, default_provider, provider_availability
+
+MODEL_ARTIFACT = "model"
+DATA_ARTIFACT = "external_data"
+MODEL_FILE = "model.onnx"
+
+
+class _ConfiguredAvailability:
+    """``availability(device)`` that knows the provider when asked on an instance.
+
+    On the class (as the plugin registry asks) it answers for the provider a device
+    gets by default; on an instance (as strategies ask their blueprints) it answers for
+    the configured one, so ``ONNXRuntimeBackend(provider="tensorrt")`` is skipped with
+    the TensorRT provider's reason rather than failing mid-build.
+    """
+
+    def __get__(
+        self, instance: ONNXRuntimeBackend | None, owner: type[ONNXRuntimeBackend]
+    ) -> Callable[[torch.device | str], Availability]:
+        def availability(device: torch.device | str) -> Availability:
+            device = torch.device(device)
+            if device.type not in owner.supported_devices:
+                return Availability.no(
+                    f"{owner.__name__} runs on {', '.join(owner.supported_devices)}, not {device.type}"
+                )
+            provider = instance.config.provider if instance is not None else default_provider(device)
+            return provider_availability(provider, device)
+
+        return availability
+
+
+class ONNXRuntimeBackend(Backend):
+    """The graph exported with its dims (see :func:`aitune_onnx.export.export_graph`), run by ONNX Runtime."""
+
+    name = "onnxruntime"
+    config_class = ONNXRuntimeBackendConfig
+    supported_devices = ("cpu", "cuda")
+    availability = _ConfiguredAvailability()  # type: ignore[assignment]
+    config: ONNXRuntimeBackendConfig
+
+    def __init__(self, config: ONNXRuntimeBackendConfig | None = None, **overrides: Any) -> None:
+        super().__init__(config, **overrides)
+        self._model_path: Path | None = None
+        self._data_path: Path | None = None
+        self._data_location: str | None = None
+        self._layout: IOLayout | None = None
+        self._exported: ExportedModel | None = None
+        self._signature: ForwardSignature | None = None
+        self._runner: OrtRunner | None = None
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        self._restored_extra: dict[str, Any] = {}
+
+    @property
+    def is_jit(self) -> bool:
+        return False
+
+    @property
+    def exported(self) -> ExportedModel | None:
+        """What the build exported (None for a backend restored from a checkpoint)."""
+        return self._exported
+
+    @property
+    def model_path(self) -> Path | None:
+        return self._model_path
+
+    @property
+    def layout(self) -> IOLayout | None:
+        return self._layout
+
+    @property
+    def session(self) -> Any:
+        """The live ``onnxruntime.InferenceSession``, or None while inactive."""
+        return None if self._runner is None else self._runner.session
+
+    # ------------------------------------------------------------------ building
+    def _build(self, context: BuildContext) -> None:
+        config = self.config
+        availability = self.availability(context.device)
+        if not availability.available:
+            raise RuntimeError(f"{self.describe()} cannot run on {context.device}: {availability.reason}")
+        context.cache_dir.mkdir(parents=True, exist_ok=True)
+        # Exported under a unique folder and moved into place, so that a backend already
+        # loaded from the same cache folder never sees half a file.
+        building = context.cache_dir / f"building-{uuid.uuid4().hex}"
+        try:
+            exported = export_graph(
+                context.module,
+                context.graph_spec,
+                context.samples,
+                context.signature,
+                building / MODEL_FILE,
+                config.export_config(),
+                device=context.device,
+            )
+            for path in exported.files:
+                os.replace(path, context.cache_dir / path.name)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
+        exported.path = context.cache_dir / MODEL_FILE
+        if exported.external_data is not None:
+            exported.external_data = context.cache_dir / exported.external_data.name
+        self._exported = exported
+        self._layout = exported.layout
+        self._model_path = exported.path
+        self._data_path = exported.external_data
+        self._data_location = None if exported.external_data is None else exported.external_data.name
+        self._signature = context.signature
+        self._load()
+        assert self._runner is not None
+        self.build_info = {**exported.summary(), "providers": ", ".join(self._runner.providers)}
+
+    def _load(self) -> None:
+        """Create the session from the files; this never exports."""
+        if self._model_path is None:
+            raise RuntimeError(f"{self.describe()} has no ONNX model to load; build it or restore it from a checkpoint")
+        if not self._model_path.is_file():
+            raise FileNotFoundError(f"{self.describe()}: ONNX model {self._model_path} does not exist")
+        if self._layout is None:
+            self._layout = self._layout_from_context()
+        if self.context is not None:
+            self._signature = self.context.signature
+        elif self._signature is None:
+            self._signature = self._layout.signature()
+        if self._signature is None:
+            raise RuntimeError(f"{self.describe()} needs a BuildContext to learn the module's forward signature")
+        device = (
+            self.context.device if self.context is not None else torch.device(PROVIDER_DEVICES[self.config.provider])
+        )
+        self._runner = OrtRunner(
+            self._model_file(), self.config, device, self._layout.input_names, self._layout.output_names
+        )
+
+    def _layout_from_context(self) -> IOLayout:
+        """Rebuild the layout from one eager call, for checkpoints whose outputs JSON cannot describe."""
+        context = self.context
+        if context is None or not context.samples:
+            raise RuntimeError(
+                f"{self.describe()}: this checkpoint's output structure is not stored as JSON; activate it with a "
+                "BuildContext that holds the module and a recorded sample"
+            )
+        arguments = to_device(
+            context.graph_spec.input_spec.make_shape(context.samples[0].arguments, "opt"), context.device
+        )
+        args, kwargs = context.signature.bind(arguments)
+        with torch.no_grad():
+            outputs = context.module(*args, **kwargs)
+        return IOLayout.of_call(arguments, outputs, context.signature)
+
+    def _model_file(self) -> Path:
+        """The model path to open, with its external data beside it under the name it expects.
+
+        A checkpoint stores each artifact in a folder of its own, and copies may be
+        renamed, but ONNX Runtime looks for external data by the file name recorded in
+        the model, next to the model. When that does not hold, both files are linked
+        (or copied, across file systems) into a folder together.
+        """
+        assert self._model_path is not None
+        if self._data_path is None or self._data_location is None:
+            return self._model_path
+        expected = self._model_path.parent / self._data_location
+        if expected.exists() and os.path.samefile(expected, self._data_path):
+            return self._model_path
+        if self.context is not None:
+            folder = self.context.cache_dir / "restored"
+        else:
+            self._scratch = self._scratch or tempfile.TemporaryDirectory(prefix="aitune-onnx-")
+            folder = Path(self._scratch.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        for source, name in ((self._model_path, MODEL_FILE), (self._data_path, self._data_location)):
+            target = folder / name
+            target.unlink(missing_ok=True)
+            try:
+                os.link(source, target)
+            except OSError:
+                shutil.copyfile(source, target)
+        return folder / MODEL_FILE
+
+    # ------------------------------------------------------------------ persistence
+    def _artifacts(self) -> dict[str, Path]:
+        artifacts = {}
+        if self._model_path is not None:
+            artifacts[MODEL_ARTIFACT] = self._model_path
+        if self._data_path is not None:
+            artifacts[DATA_ARTIFACT] = self._data_path
+        return artifacts
+
+    def _extra_state(self) -> dict[str, Any]:
+        layout = None
+        if self._layout is not None:
+            try:
+                layout = self._layout.to_dict()
+            except LayoutNotSerializable:
+                layout = None  # rebuilt from the module on restore, see _layout_from_context
+        extra: dict[str, Any] = {"layout": layout, "external_data_location": self._data_location}
+        if self._exported is not None:
+            extra["export"] = {
+                "exporter": self._exported.exporter,
+                "opset": self._exported.opset,
+                "dynamic_axes": {
+                    name: {str(axis): symbol for axis, symbol in axes.items()}
+                    for name, axes in self._exported.dynamic_axes.items()
+                },
+            }
+        elif "export" in self._restored_extra:
+            extra["export"] = self._restored_extra["export"]
+        return extra
+
+    def _restore(self, artifacts: dict[str, Path], extra: dict[str, Any]) -> None:
+        if MODEL_ARTIFACT not in artifacts:
+            raise ValueError(f"{type(self).__name__} checkpoint data has no {MODEL_ARTIFACT!r} artifact")
+        self._model_path = Path(artifacts[MODEL_ARTIFACT])
+        data = artifacts.get(DATA_ARTIFACT)
+        self._data_path = None if data is None else Path(data)
+        self._data_location = extra.get("external_data_location") or (
+            None if data is None else data_file_name(Path(MODEL_FILE))
+        )
+        layout = extra.get("layout")
+        self._layout = IOLayout.from_dict(layout) if layout else None
+        self._restored_extra = dict(extra)
+
+    # ------------------------------------------------------------------ lifecycle
+    def _activate(self) -> None:
+        self._load()
+
+    def _deactivate(self) -> None:
+        self._runner = None
+
+    # ------------------------------------------------------------------ inference
+    def _infer(self, *args: Any, **kwargs: Any) -> Any:
+        layout = self._layout
+        runner = self._runner
+        assert layout is not None and runner is not None and self._signature is not None
+        tensors = layout.flatten(self._signature.normalize(args, kwargs))
+        return layout.rebuild(runner.run(tensors))

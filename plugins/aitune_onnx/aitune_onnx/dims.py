@@ -1,0 +1,168 @@
+"""The ranged axes of a graph, as the two ONNX exporters take them and as the model shows them.
+
+A graph spec knows which input axes are batch axes (size = multiplier x batch) and
+which vary on their own (``dimN``), with their smallest and largest sizes. An exporter
+that is not told bakes the example's sizes into the model, and one told too little
+(independent names for axes that always move together) loses what runtimes such as
+TensorRT need to plan for.
+
+* The dynamo exporter gets ``torch.export`` dims: one ``Dim("batch")`` shared by every
+  batch axis, ``m * batch`` for an axis holding ``m`` rows per sample, and
+  ``Dim.DYNAMIC`` with min and max for each other ranged axis, so that export itself
+  works out which of those are equal (two inputs sharing a sequence length).
+* The TorchScript exporter gets ``dynamic_axes`` names: ``batch`` / ``m*batch`` for
+  batch axes of inputs and outputs, ``<input name>_dim<axis>`` for the others.
+
+Both produce symbolic dims named ``batch`` and ``2*batch``; dims that only the dynamo
+exporter names (``s17``) are renamed to ``<input name>_dim<axis>`` after export.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from aitune_core.graphs.graph_spec import GraphSpec
+from aitune_onnx.layout import IOLayout
+
+if TYPE_CHECKING:
+    import onnx
+
+BATCH = "batch"
+Dims = dict[str, list[int | str | None]]
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def batch_dim_name(multiplier: int) -> str:
+    return BATCH if multiplier == 1 else f"{multiplier}*{BATCH}"
+
+
+def dynamic_dim_name(input_name: str, axis: int) -> str:
+    return f"{input_name}_dim{axis}"
+
+
+def _batch_bounds(graph: GraphSpec) -> tuple[int, int] | None:
+    batch_range = graph.batch_range
+    if batch_range is None or batch_range[0] >= batch_range[1]:
+        return None
+    return batch_range
+
+
+def dynamo_shapes(graph: GraphSpec, layout: IOLayout) -> tuple[tuple[dict[int, Any] | None, ...]]:
+    """``dynamic_shapes`` for exporting the flat adapter, whose forward is ``forward(*tensors)``.
+
+    The adapter's only parameter is ``*tensors``, so the spec is a one-element tuple
+    holding one entry per ONNX input: a dict ``axis -> dim``, or None for a static tensor.
+    """
+    from torch.export import Dim
+
+    bounds = _batch_bounds(graph)
+    batch = Dim(BATCH, min=bounds[0], max=bounds[1]) if bounds is not None else None
+    per_input: list[dict[int, Any] | None] = []
+    for locator in layout.inputs:
+        spec = graph.input_spec.spec(locator)
+        dims: dict[int, Any] = {}
+        if batch is not None:
+            for axis, multiplier in spec.get_batch_axis_multipliers().items():
+                dims[axis] = batch if multiplier == 1 else multiplier * batch
+        for axis in spec.dynamic_axes():
+            dims[axis] = Dim.DYNAMIC(min=spec.min_shape[axis], max=spec.max_shape[axis])
+        per_input.append(dims or None)
+    return (tuple(per_input),)
+
+
+def torchscript_axes(graph: GraphSpec, layout: IOLayout) -> dict[str, dict[int, str]]:
+    """``dynamic_axes`` for the TorchScript exporter, by ONNX input and output name.
+
+    Outputs only get their batch axes: their other sizes follow from the inputs, and the
+    exporter's own shape inference names them after the input dims they come from.
+    """
+    axes: dict[str, dict[int, str]] = {}
+    batched = _batch_bounds(graph) is not None
+    for locator, name in zip(layout.inputs, layout.input_names, strict=True):
+        spec = graph.input_spec.spec(locator)
+        named = {axis: batch_dim_name(m) for axis, m in spec.get_batch_axis_multipliers().items()} if batched else {}
+        named.update({axis: dynamic_dim_name(name, axis) for axis in spec.dynamic_axes()})
+        if named:
+            axes[name] = dict(sorted(named.items()))
+    output_specs = dict(graph.output_spec.tensor_data)
+    for locator, name in zip(layout.outputs, layout.output_names, strict=True):
+        out_spec = output_specs.get(locator)
+        if out_spec is not None and batched:
+            named = {axis: batch_dim_name(m) for axis, m in out_spec.get_batch_axis_multipliers().items()}
+            if named:
+                axes[name] = named
+    return axes
+
+
+def dynamo_renames(graph: GraphSpec, layout: IOLayout, model_inputs: list[Any]) -> dict[str, str]:
+    """Names for the symbols the dynamo exporter invented for dynamic axes (``s17``).
+
+    model_inputs: the exported ``ir.Model``'s graph inputs, in order. A symbol shared by
+    several axes is named after the first input axis that has it.
+    """
+    renames: dict[str, str] = {}
+    for locator, name, value in zip(layout.inputs, layout.input_names, model_inputs, strict=False):
+        shape = value.shape
+        if shape is None:
+            continue
+        for axis in graph.input_spec.spec(locator).dynamic_axes():
+            symbol = shape[axis]
+            symbol_name = getattr(symbol, "value", None)
+            if (
+                isinstance(symbol_name, str)
+                and _SYMBOL.fullmatch(symbol_name)
+                and symbol_name not in renames
+                and symbol_name != BATCH
+            ):
+                renames[symbol_name] = dynamic_dim_name(name, axis)
+    return renames
+
+
+# ---------------------------------------------------------------------- reading a model
+def _value_dims(value: onnx.ValueInfoProto) -> list[int | str | None]:
+    dims: list[int | str | None] = []
+    for dim in value.type.tensor_type.shape.dim:
+        if dim.HasField("dim_value"):
+            dims.append(int(dim.dim_value))
+        elif dim.HasField("dim_param"):
+            dims.append(dim.dim_param)
+        else:
+            dims.append(None)
+    return dims
+
+
+def read_dims(model: onnx.ModelProto) -> tuple[Dims, Dims]:
+    """Every graph input's and output's shape: sizes, symbolic names, or None where unknown."""
+    inputs = {value.name: _value_dims(value) for value in model.graph.input}
+    outputs = {value.name: _value_dims(value) for value in model.graph.output}
+    return inputs, outputs
+
+
+def symbolic_axes(dims: Dims) -> dict[str, dict[int, str]]:
+    """``name -> {axis: symbol}`` for every axis with a symbolic size."""
+    result = {}
+    for name, shape in dims.items():
+        named = {axis: size for axis, size in enumerate(shape) if isinstance(size, str)}
+        if named:
+            result[name] = named
+    return result
+
+
+def data_dependent_outputs(inputs: Dims, outputs: Dims) -> list[str]:
+    """Outputs with a size the model does not tie to the input sizes (``nonzero``'s count).
+
+    An output axis counts when its size is unknown or a symbol that no input dim uses
+    (``u0`` from the dynamo exporter). This is read off the model's declared shapes, so
+    it informs; the backend runs such outputs either way, since ONNX Runtime allocates
+    every output at its real size.
+    """
+    known = {size for shape in inputs.values() for size in shape if isinstance(size, str)}
+    known_symbols = {token for symbol in known for token in _SYMBOL.findall(symbol)}
+    found = []
+    for name, shape in outputs.items():
+        for size in shape:
+            if size is None or (isinstance(size, str) and not set(_SYMBOL.findall(size)) <= known_symbols):
+                found.append(name)
+                break
+    return found
