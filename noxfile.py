@@ -121,3 +121,37 @@ def tests_plugin_onnx(session: nox.Session) -> None:
 
 
 nox.options.sessions.append("tests_plugin_onnx")
+
+
+# `aitune plugins --json --candidates` as installed must list the torchao plugin, loaded, and
+# one default candidate per preset; every unavailable preset must say why (on a CPU machine:
+# int8wo and int8dq run, the float8/int4/MX/NVFP4 presets name the GPU they need).
+_TORCHAO_LISTING_CHECK = """
+import json, subprocess, sys
+out = subprocess.run(["aitune", "plugins", "--json", "--candidates"], check=True, capture_output=True, text=True).stdout
+payload = json.loads(out)
+found = [p for p in payload["plugins"] if p["distribution"] == "aitune-torchao"]
+if len(found) != 1 or found[0]["backends"] != ["torchao"] or found[0]["status"] != "loaded":
+    sys.exit(f"aitune plugins --json listed {found} for aitune-torchao")
+presets = [c for c in payload["candidates"] if c["plugin"] == "aitune-torchao"]
+if len(presets) < 5 or any(not c["available"] and not c["reason"] for c in presets):
+    sys.exit(f"aitune plugins --candidates listed {presets} for aitune-torchao")
+if payload["device"] == "cpu" and [c["backend"] for c in presets if c["available"]] != [
+        "TorchAOBackend(preset='int8wo')", "TorchAOBackend(preset='int8dq')"]:
+    sys.exit(f"on the CPU only the int8 presets should run: {presets}")
+for c in presets:
+    print(f"{c['backend']:36} {'available' if c['available'] else c['reason']}")
+"""
+
+
+@nox.session
+def tests_plugin_torchao(session: nox.Session) -> None:
+    """The torchao plugin installed from its own pyproject.toml, next to the core (torchao comes as its
+    dependency): discovery, the presets' availability, and its tests."""
+    install(session, ".", "./plugins/aitune_torchao", "pytest")
+    session.run("python", "-c", _TORCHAO_LISTING_CHECK)
+    # importlib mode: the tests import the installed plugin, not the source folder beside them.
+    pytest(session, "--import-mode=importlib", "plugins/aitune_torchao")
+
+
+nox.options.sessions.append("tests_plugin_torchao")

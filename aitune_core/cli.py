@@ -26,10 +26,17 @@ def add_plugins_command(subparsers: Subparsers) -> None:
             "List every plugin found in the 'aitune.plugins' entry-point group: its distribution, version, "
             "status (loaded, failed, unavailable on this machine, or disabled) with the reason, and the "
             "backends it registers. Broken plugins are listed, never fatal; with AITUNE_STRICT_PLUGINS=1 "
-            "the exit status is 1 when one failed."
+            "the exit status is 1 when one failed. With --candidates, also the default candidate backends "
+            "the plugins offer for a device, and why those that cannot run there cannot."
         ),
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--candidates",
+        action="store_true",
+        help="also list the default candidates the plugins offer for --device, with why unavailable ones are",
+    )
+    parser.add_argument("--device", default=None, help="device for --candidates (default: cuda if available, else cpu)")
     parser.set_defaults(handler=run_plugins)
 
 
@@ -41,13 +48,19 @@ def run_plugins(args: argparse.Namespace) -> int:
     from aitune_core.plugins.registry import PluginRegistry
 
     # A listing of its own, never strict: the point is to show what is broken.
-    records = PluginRegistry.load(strict=False).records()
+    registry = PluginRegistry.load(strict=False)
+    records = registry.records()
+    device = _candidate_device(args.device)
+    candidates = _candidate_rows(registry, device) if args.candidates else None
     if args.json:
-        payload = {
+        payload: dict[str, Any] = {
             "aitune_core": __version__,
             "plugin_api": PLUGIN_API_VERSION,
             "plugins": [record.to_dict() for record in records],
         }
+        if candidates is not None:
+            payload["device"] = device
+            payload["candidates"] = candidates
         print(json.dumps(payload, indent=2))
     else:
         from tabulate import tabulate
@@ -55,8 +68,37 @@ def run_plugins(args: argparse.Namespace) -> int:
         rows = [[r.name, r.distribution, r.version, r.status.value, r.reason, ", ".join(r.backends)] for r in records]
         headers = ["Name", "Distribution", "Version", "Status", "Reason", "Backends"]
         print(tabulate(rows, headers=headers, tablefmt="simple", maxcolwidths=[None, None, None, None, 60, 40]))
+        if candidates is not None:
+            print(f"\nDefault candidates for {device}, in the order strategies try them:")
+            rows = [
+                [c["backend"], c["plugin"], c["priority"], "yes" if c["available"] else "no", c["reason"]]
+                for c in candidates
+            ]
+            headers = ["Backend", "Plugin", "Priority", "Available", "Reason"]
+            print(tabulate(rows, headers=headers, tablefmt="simple", maxcolwidths=[50, None, None, None, 70]))
     failed = any(record.status is PluginStatus.FAILED for record in records)
     return 1 if failed and strict_from_env() else 0
+
+
+def _candidate_device(device: str | None) -> str:
+    from aitune_core.plugins.registry import default_device
+
+    return str(default_device() if device is None else device)
+
+
+def _candidate_rows(registry: Any, device: str) -> list[dict[str, Any]]:
+    """Every default candidate for ``device``, with its availability, as plain data."""
+    return [
+        {
+            "backend": candidate.backend.describe(),
+            "name": candidate.name,
+            "plugin": candidate.plugin,
+            "priority": candidate.priority,
+            "available": candidate.available,
+            "reason": candidate.availability.reason if candidate.availability is not None else "",
+        }
+        for candidate in registry.default_candidates(device)
+    ]
 
 
 # --------------------------------------------------------------------------- aitune demo

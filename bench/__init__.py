@@ -19,6 +19,7 @@ SUITES: dict[str, str] = {
     "foundation": "bench.foundation",
     "inductor": "bench.inductor",
     "onnx": "bench.onnx",
+    "torchao": "bench.torchao",
     "tuning": "bench.tuning",
 }
 

@@ -215,10 +215,10 @@ def test_missing_plugin_names_the_distribution_to_install(saved: Saved) -> None:
 
     def edit(manifest):  # type: ignore[no-untyped-def]
         backend = manifest["modules"][0]["graphs"][0]["backend"]
-        backend.update(name="inductor_aot", distribution="aitune-inductor", version="0.1.0")
+        backend.update(name="made_up_backend", distribution="aitune-made-up", version="1.2.3")
 
     _edit_manifest(path, edit)
-    with pytest.raises(CheckpointError, match=r"install aitune-inductor>=0\.1\.0"):
+    with pytest.raises(CheckpointError, match=r"install aitune-made-up>=1\.2\.3"):
         load(Pipeline().eval(), path)
 
 
