@@ -170,7 +170,7 @@ def import_cost(options: Options) -> list[Result]:
 
 def run(options: Options) -> list[Result]:
     """Every foundation measurement, with torch on one thread (left so for the saved environment)."""
-    torch.set_num_threads(1)
+    torch.set_num_threads(options.threads)
     results = []
     for measure in (graph_key_cost, recording_overhead, recording_many_leaves, import_cost):
         results += measure(options)

@@ -230,7 +230,7 @@ def run(threads: int | Options = 1) -> dict[str, Any] | list[Result]:
     ``run(options)`` and gets ``bench.timing.Result`` rows instead (one thread).
     """
     if isinstance(threads, Options):
-        return _as_results(measure_all(1, rounds=threads.rounds(15, 5)))
+        return _as_results(measure_all(threads.threads, rounds=threads.rounds(15, 5)))
     results = measure_all(threads)
     print(table(results), flush=True)
     return _public(results)

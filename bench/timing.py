@@ -185,6 +185,8 @@ class Options:
     """Settings every suite receives from the runner."""
 
     quick: bool = False
+    threads: int = 1
+    """torch CPU threads for every measurement (one by default: the machines are shared)."""
 
     def rounds(self, full: int, quick: int) -> int:
         return quick if self.quick else full
@@ -259,13 +261,18 @@ def environment() -> dict[str, Any]:
     return info
 
 
+def today() -> str:
+    return _dt.datetime.now().astimezone().date().isoformat()
+
+
 def write_results(suite: str, results: Sequence[Result], directory: Path = RESULTS_DIR) -> Path:
-    """Write ``<directory>/<YYYY-MM-DD>-<suite>.json`` (replacing one from earlier that day)."""
+    """Write ``<directory>/<YYYY-MM-DD>-<suite>.json``, or ``<YYYY-MM-DD>.json`` for a whole run
+    (``suite=""``), replacing one from earlier that day."""
     now = _dt.datetime.now().astimezone()
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{now.date().isoformat()}-{suite}.json"
+    path = directory / (f"{now.date().isoformat()}-{suite}.json" if suite else f"{now.date().isoformat()}.json")
     payload = {
-        "suite": suite,
+        "suite": suite or "all",
         "timestamp": now.isoformat(timespec="seconds"),
         "environment": environment(),
         "results": [result.to_dict() for result in results],

@@ -110,13 +110,13 @@ def _tuning_rows(report: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def measure_all(rounds: int = 15) -> dict[str, Any]:
+def measure_all(rounds: int = 15, threads: int = 1) -> dict[str, Any]:
     """Every batch size and variant; times kept raw (seconds) under ``_times`` for the suite runner."""
     _plugin_on_path()
     from aitune_core.demo.models import build_demo
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
     try:
         model, samples = build_demo("mlp")
         variants: dict[str, Callable[[torch.Tensor], Any]] = {
@@ -128,7 +128,7 @@ def measure_all(rounds: int = 15) -> dict[str, Any]:
         variants["aitune"] = wrapped
         selected = report.graphs[0].selected
         results: dict[str, Any] = {
-            "threads": 1,
+            "threads": threads,
             "target": AITUNE_TARGET,
             "selected": selected.backend if selected is not None else None,
             "tuning": _tuning_rows(report),
@@ -161,7 +161,7 @@ def measure_all(rounds: int = 15) -> dict[str, Any]:
             }
         return results
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(previous_threads)
 
 
 def table(results: dict[str, Any]) -> str:
@@ -217,7 +217,11 @@ def _as_results(results: dict[str, Any]) -> list[Result]:
                     "ms",
                     None,
                     note,
-                    extra={"threads": 1, "selected": results["selected"], "tuning": results["tuning"]},
+                    extra={
+                        "threads": results.get("threads", 1),
+                        "selected": results["selected"],
+                        "tuning": results["tuning"],
+                    },
                 )
             )
     return rows
@@ -225,7 +229,7 @@ def _as_results(results: dict[str, Any]) -> list[Result]:
 
 def run(options: Options) -> list[Result]:
     """Measure and return ``bench.timing.Result`` rows (the ``python -m bench`` runner calls this)."""
-    results = measure_all(rounds=options.rounds(15, 5))
+    results = measure_all(rounds=options.rounds(15, 5), threads=options.threads)
     print(table(results), flush=True)
     return _as_results(results)
 

@@ -47,8 +47,12 @@ class SmallMLP(nn.Module):
 def dispatch_overhead(options: Options) -> list[Result]:
     module = ait.Module(SmallMLP().eval(), _name("dispatch"))
     profile = ait.ProfileConfig(max_batch_search=False, min_time_s=0.001, max_time_s=0.01)
-    ait.tune(module, [torch.randn(16) for _ in range(4)], batch_sizes=[1, 32],
-             strategy=ait.FirstWinsStrategy([ait.TorchEagerBackend()], profile=profile))
+    ait.tune(
+        module,
+        [torch.randn(16) for _ in range(4)],
+        batch_sizes=[1, 32],
+        strategy=ait.FirstWinsStrategy([ait.TorchEagerBackend()], profile=profile),
+    )
     direct = module.backends["0"].inference_callable()
     results = []
     with torch.no_grad():
@@ -61,8 +65,16 @@ def dispatch_overhead(options: Options) -> list[Result]:
             measured = alternate(variants, rounds=options.rounds(31, 7))
             overhead = paired_differences(measured["tuned call"], measured["backend callable"])
             results += [Result(f"dispatch, batch {batch}", name, Stats.of(v), "us") for name, v in measured.items()]
-            results.append(Result(f"dispatch, batch {batch}", "overhead", Stats.of(overhead), "us", DISPATCH_TARGET_US,
-                                  "paired per round"))
+            results.append(
+                Result(
+                    f"dispatch, batch {batch}",
+                    "overhead",
+                    Stats.of(overhead),
+                    "us",
+                    DISPATCH_TARGET_US,
+                    "paired per round",
+                )
+            )
     return results
 
 
@@ -94,8 +106,9 @@ def tune_time(options: Options) -> list[Result]:
                 ait.config.cache_dir = cache
                 module = ait.Module(DemoMLP().eval(), _name("tune"))
                 start = time.perf_counter()
-                report = ait.tune(module, mlp_samples(), batch_sizes=[1, 2, 4, 8],
-                                  strategy=ait.MaxThroughputStrategy(list(backends)))
+                report = ait.tune(
+                    module, mlp_samples(), batch_sizes=[1, 2, 4, 8], strategy=ait.MaxThroughputStrategy(list(backends))
+                )
                 totals.append(time.perf_counter() - start)
                 for phase in phases:
                     phases[phase].append(report.timings.get(phase, 0.0))
@@ -104,8 +117,16 @@ def tune_time(options: Options) -> list[Result]:
         results.append(Result("tune() MLP 512-2048-512, bs [1,2,4,8]", label, Stats.of(totals), "s", TUNE_TARGET_S))
         for phase, values in phases.items():
             results.append(Result("tune() MLP 512-2048-512, bs [1,2,4,8]", f"{label}: {phase}", Stats.of(values), "s"))
-        results.append(Result("profiling one candidate", label, Stats.of(profiles), "s", PROFILE_TARGET_S,
-                              "sweep over the batch sizes"))
+        results.append(
+            Result(
+                "profiling one candidate",
+                label,
+                Stats.of(profiles),
+                "s",
+                PROFILE_TARGET_S,
+                "sweep over the batch sizes",
+            )
+        )
     ait.config.reset()
     return results
 
@@ -125,5 +146,5 @@ def demo_time(options: Options) -> list[Result]:
 
 
 def run(options: Options) -> list[Result]:
-    torch.set_num_threads(1)
+    torch.set_num_threads(options.threads)
     return dispatch_overhead(options) + tune_time(options) + demo_time(options)
