@@ -36,6 +36,11 @@ PLUGINS: dict[str, Plugin] = {
     "inductor": Plugin("plugins/aitune_inductor", "aitune-inductor", ("inductor_jit", "inductor_aot")),
     "onnx": Plugin("plugins/aitune_onnx", "aitune-onnx", ("onnxruntime",)),
     "torchao": Plugin("plugins/aitune_torchao", "aitune-torchao", ("torchao",)),
+    # TensorRT cannot be installed on the CPU machines: there the plugin must install (tensorrt
+    # is an extra), be listed unavailable with its reason, and pass its CPU tests.
+    "trt": Plugin(
+        "plugins/aitune_trt", "aitune-trt", ("tensorrt",), needs=("onnx",), statuses=("unavailable", "loaded")
+    ),
     "example": Plugin("examples/aitune_example_backend", "aitune-example-backend", ("example_fx_fuse",)),
 }
 
@@ -77,7 +82,8 @@ if sorted(found) != sorted(expected):
     sys.exit(f"aitune plugins --json listed {sorted(found)}, installed {sorted(expected)}")
 for distribution, (backends, statuses) in expected.items():
     record = found[distribution]
-    if record["status"] not in statuses or (backends and sorted(record["backends"]) != sorted(backends)):
+    if record["status"] not in statuses or (backends and sorted(record["backends"]) != sorted(backends)) \
+            or (record["status"] == "unavailable" and not record["reason"]):
         sys.exit(f"{distribution}: listed {record['status']} {record['backends']} ({record['reason']}), "
                  f"expected {statuses} {backends}")
     print(f"{distribution}: {record['status']}, backends {record['backends']} {record['reason']}".rstrip())

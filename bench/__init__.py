@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 SUITES: dict[str, str] = {
     "foundation": "bench.foundation",
     "inductor": "bench.inductor",
+    "checkpoint": "bench.checkpoint",
     "onnx": "bench.onnx",
     "torchao": "bench.torchao",
     "tuning": "bench.tuning",

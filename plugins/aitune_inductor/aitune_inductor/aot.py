@@ -142,7 +142,6 @@ class TorchInductorAotBackend(Backend):
 
     def _load(self) -> None:
         """Load the package; this never compiles (the .so inside is used as it is)."""
-        import torch._inductor
 
         if self._package is None:
             raise RuntimeError(f"{self.describe()} has no package to load; build it or restore it from a checkpoint")
@@ -150,7 +149,7 @@ class TorchInductorAotBackend(Backend):
             raise FileNotFoundError(f"{self.describe()}: package {self._package} does not exist")
         device = self.context.device if self.context is not None else None
         index = device.index if device is not None and device.type == "cuda" and device.index is not None else -1
-        self._model = torch._inductor.aoti_load_package(str(self._package), device_index=index)
+        self._model = load_package(self._package, index)
 
     # ------------------------------------------------------------------ persistence
     def _artifacts(self) -> dict[str, Path]:
@@ -181,6 +180,28 @@ class TorchInductorAotBackend(Backend):
         if not _all_contiguous(args) or not _all_contiguous(kwargs.values()):
             args, kwargs = contiguous(args), contiguous(kwargs)
         return self._model(*args, **kwargs)
+
+
+def load_package(path: Path, device_index: int) -> Any:
+    """Load a ``.pt2`` package, skipping torch's device-information check.
+
+    ``aoti_load_package`` first works out this machine's CPU instruction set, only to
+    warn when it differs from the package's; doing so compiles half a dozen probe
+    programs into the Inductor cache (about 9 s on two cores, on every machine or
+    container whose cache is new), which made loading a checkpoint cost as much as
+    tuning. The package loader underneath is used directly (which also spares importing
+    Inductor and Dynamo, over a second), and the public function when this torch does
+    not have that loader.
+    """
+    try:
+        from torch.export.pt2_archive._package import AOTICompiledModel
+
+        loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, device_index)
+    except (ImportError, AttributeError, TypeError):
+        from torch._inductor import aoti_load_package
+
+        return aoti_load_package(str(path), device_index=device_index)
+    return AOTICompiledModel(loader)
 
 
 def contiguous(value: Any) -> Any:

@@ -1,0 +1,306 @@
+"""TensorRTBackend: the graph exported to ONNX, built into a TensorRT engine, run through its profiles.
+
+Building goes: optimization profiles from the recorded shapes (:mod:`.profiles`), an
+ONNX export through aitune-onnx's :func:`~aitune_onnx.export_graph` (names from access
+paths, batch and dynamic axes symbolic), the precision plan for the installed TensorRT
+(:mod:`.precision`), then TensorRT's parser and builder (:mod:`.engine`), with a timing
+cache kept in the build's cache folder. The engine plan and the profiles (JSON) are
+the artifacts: a checkpoint carries them, and a restored backend deserializes the plan
+without exporting or building anything.
+
+The three steps that need TensorRT (reading its capabilities, building a plan, opening
+an engine) are the methods ``_capabilities``, ``_build_plan`` and ``_open_engine``, and
+the only ones importing :mod:`aitune_trt.engine`; everything else runs, and is tested,
+without TensorRT.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aitune_core.backends.base import Availability, Backend, BuildContext
+from aitune_core.graphs.forward_signature import ForwardSignature
+from aitune_core.graphs.graph_spec import GraphSpec
+from aitune_core.metadata.locator import Locator
+from aitune_core.serialization import dtype_from_str
+from aitune_core.validation.inputs import to_device
+from aitune_core.validation.tolerances import Tolerances
+from aitune_onnx.export import ExportedModel, export_graph
+from aitune_onnx.layout import IOLayout, LayoutNotSerializable
+from aitune_trt.availability import tensorrt_availability
+from aitune_trt.config import TensorRTBackendConfig
+from aitune_trt.options import BuildOptions, BuildResult
+from aitune_trt.precision import Capabilities, CastModule, PrecisionPlan, plan_precision, tolerances_for
+from aitune_trt.profiles import TensorRTProfile, profiles_from_json, profiles_to_json, resolve_profiles
+from aitune_trt.runner import EngineSession, TensorRTRunner
+
+ENGINE_ARTIFACT = "engine"
+PROFILES_ARTIFACT = "profiles"
+MODEL_FILE = "model.onnx"
+PLAN_FILE = "engine.plan"
+PROFILES_FILE = "profiles.json"
+TIMING_CACHE_FILE = "timing.cache"
+
+
+class TensorRTBackend(Backend):
+    """One graph as a TensorRT engine with an optimization profile per shape range it serves."""
+
+    name = "tensorrt"
+    config_class = TensorRTBackendConfig
+    supported_devices = ("cuda",)
+    config: TensorRTBackendConfig
+
+    def __init__(self, config: TensorRTBackendConfig | None = None, **overrides: Any) -> None:
+        super().__init__(config, **overrides)
+        self._plan_path: Path | None = None
+        self._profiles_path: Path | None = None
+        self._profiles: list[TensorRTProfile] = []
+        self._layout: IOLayout | None = None
+        self._output_dtypes: list[torch.dtype | None] | None = None
+        self._signature: ForwardSignature | None = None
+        self._exported: ExportedModel | None = None
+        self._precision: PrecisionPlan | None = None
+        self._session: EngineSession | None = None
+        self._runner: TensorRTRunner | None = None
+        self._restored_extra: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def is_jit(self) -> bool:
+        return False
+
+    @classmethod
+    def availability(cls, device: torch.device | str) -> Availability:
+        return tensorrt_availability(device)
+
+    def default_tolerances(self) -> Tolerances:
+        return tolerances_for(self.config.precision, self.config.tf32)
+
+    @property
+    def profiles(self) -> list[TensorRTProfile]:
+        """The engine's optimization profiles, in the engine's order (empty before a build or restore)."""
+        return list(self._profiles)
+
+    @property
+    def plan_path(self) -> Path | None:
+        return self._plan_path
+
+    @property
+    def exported(self) -> ExportedModel | None:
+        """What the build exported (None for a backend restored from a checkpoint)."""
+        return self._exported
+
+    @property
+    def runner(self) -> TensorRTRunner | None:
+        return self._runner
+
+    # ------------------------------------------------------------------ the TensorRT steps
+    def _capabilities(self) -> Capabilities:
+        from aitune_trt import engine
+
+        return engine.capabilities()
+
+    def _build_plan(self, onnx_path: Path, options: BuildOptions) -> BuildResult:
+        from aitune_trt import engine
+
+        return engine.build_serialized_engine(onnx_path, options)
+
+    def _open_engine(self, plan_path: Path, device: torch.device) -> EngineSession:
+        from aitune_trt import engine
+
+        return engine.open_engine(plan_path, device, self.config.cuda_graphs)
+
+    def _build_options(
+        self, profiles: list[TensorRTProfile], precision: PrecisionPlan, timing_cache: Path
+    ) -> BuildOptions:
+        return BuildOptions(
+            tuple(profiles), precision, self.config.workspace_bytes, self.config.optimization_level, timing_cache
+        )
+
+    # ------------------------------------------------------------------ building
+    def _build(self, context: BuildContext) -> None:
+        availability = self.availability(context.device)
+        if not availability.available:
+            raise RuntimeError(f"{self.describe()} cannot run on {context.device}: {availability.reason}")
+        config = self.config
+        graph = context.graph_spec
+        profiles = resolve_profiles(
+            config.resolved_profile_source,
+            graph,
+            context.samples,
+            config.profiles,
+            config.cover_tuned_range,
+            config.max_sample_profiles,
+        )
+        precision = plan_precision(config.precision, config.strongly_typed, config.tf32, self._capabilities())
+        started = time.perf_counter()
+        exported = self._export(context, precision)
+        exported_at = time.perf_counter()
+        profiles = [profile.renamed(exported.input_names) for profile in profiles]
+        result = self._build_plan(
+            exported.path, self._build_options(profiles, precision, context.cache_dir / TIMING_CACHE_FILE)
+        )
+        built_at = time.perf_counter()
+        self._plan_path = _write_atomically(context.cache_dir / PLAN_FILE, result.plan)
+        self._profiles_path = _write_atomically(context.cache_dir / PROFILES_FILE, profiles_to_json(profiles).encode())
+        self._profiles = profiles
+        self._exported = exported
+        self._layout = exported.layout
+        self._output_dtypes = _output_dtypes(graph, exported.layout)
+        self._signature = context.signature
+        self._precision = precision
+        self._load()
+        warnings = [text for severity, text in result.messages if severity == "WARNING"]
+        self.build_info = {
+            **exported.summary(),
+            "tensorrt": result.version,
+            "precision": precision.describe(),
+            "profiles": "; ".join(f"{i}: {profile.describe()}" for i, profile in enumerate(profiles)),
+            "export_s": round(exported_at - started, 3),
+            "engine_build_s": round(built_at - exported_at, 3),
+            "plan_bytes": len(result.plan),
+            "builder_warnings": len(warnings),
+        }
+
+    def _export(self, context: BuildContext, precision: PrecisionPlan) -> ExportedModel:
+        """Export to ``model.onnx`` in the cache folder, under a unique name first, then moved into place."""
+        module = context.module
+        if precision.export_dtype is not None:
+            dtypes = {locator: spec.dtype for locator, spec in context.graph_spec.output_spec.tensor_data}
+            module = CastModule(module, precision.export_dtype, dtypes)
+        context.cache_dir.mkdir(parents=True, exist_ok=True)
+        building = context.cache_dir / f"building-{uuid.uuid4().hex}"
+        try:
+            exported = export_graph(
+                module,
+                context.graph_spec,
+                context.samples,
+                context.signature,
+                building / MODEL_FILE,
+                self.config.export_config(),
+                device=context.device,
+            )
+            for path in exported.files:
+                os.replace(path, context.cache_dir / path.name)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
+        exported.path = context.cache_dir / MODEL_FILE
+        if exported.external_data is not None:
+            exported.external_data = context.cache_dir / exported.external_data.name
+        return exported
+
+    # ------------------------------------------------------------------ loading
+    def _load(self) -> None:
+        """Open the engine from the plan file; this never exports or builds."""
+        if self._plan_path is None:
+            raise RuntimeError(f"{self.describe()} has no engine plan; build it or restore it from a checkpoint")
+        if not self._plan_path.is_file():
+            raise FileNotFoundError(f"{self.describe()}: engine plan {self._plan_path} does not exist")
+        if self._layout is None:
+            self._layout = self._layout_from_context()
+        if self.context is not None:
+            self._signature = self.context.signature
+        elif self._signature is None:
+            self._signature = self._layout.signature()
+        if self._signature is None:
+            raise RuntimeError(f"{self.describe()} needs a BuildContext to learn the module's forward signature")
+        device = self.context.device if self.context is not None else torch.device("cuda")
+        session = self._open_engine(self._plan_path, device)
+        self._runner = TensorRTRunner(self._layout, self._signature, self._profiles, session, self._output_dtypes)
+        self._session = session
+
+    def _layout_from_context(self) -> IOLayout:
+        """Rebuild the layout from one eager call, for checkpoints whose outputs JSON cannot describe."""
+        context = self.context
+        if context is None or not context.samples:
+            raise RuntimeError(
+                f"{self.describe()}: this checkpoint's output structure is not stored as JSON; activate it with a "
+                "BuildContext that holds the module and a recorded sample"
+            )
+        arguments = to_device(
+            context.graph_spec.input_spec.make_shape(context.samples[0].arguments, "opt"), context.device
+        )
+        args, kwargs = context.signature.bind(arguments)
+        with torch.no_grad():
+            outputs = context.module(*args, **kwargs)
+        return IOLayout.of_call(arguments, outputs, context.signature)
+
+    # ------------------------------------------------------------------ persistence
+    def _artifacts(self) -> dict[str, Path]:
+        artifacts = {}
+        if self._plan_path is not None:
+            artifacts[ENGINE_ARTIFACT] = self._plan_path
+        if self._profiles_path is not None:
+            artifacts[PROFILES_ARTIFACT] = self._profiles_path
+        return artifacts
+
+    def _extra_state(self) -> dict[str, Any]:
+        layout = None
+        if self._layout is not None:
+            try:
+                layout = self._layout.to_dict()
+            except LayoutNotSerializable:
+                layout = None  # rebuilt from the module on restore, see _layout_from_context
+        extra: dict[str, Any] = {
+            "layout": layout,
+            "output_dtypes": None
+            if self._output_dtypes is None
+            else [None if dtype is None else str(dtype) for dtype in self._output_dtypes],
+        }
+        if self._precision is not None:
+            extra["precision"] = self._precision.describe()
+            extra["tensorrt"] = self.build_info.get("tensorrt")
+        else:
+            extra.update({k: v for k, v in self._restored_extra.items() if k in ("precision", "tensorrt")})
+        return extra
+
+    def _restore(self, artifacts: dict[str, Path], extra: dict[str, Any]) -> None:
+        for name in (ENGINE_ARTIFACT, PROFILES_ARTIFACT):
+            if name not in artifacts:
+                raise ValueError(f"{type(self).__name__} checkpoint data has no {name!r} artifact")
+        self._plan_path = Path(artifacts[ENGINE_ARTIFACT])
+        self._profiles_path = Path(artifacts[PROFILES_ARTIFACT])
+        self._profiles = profiles_from_json(self._profiles_path.read_text())
+        layout = extra.get("layout")
+        self._layout = IOLayout.from_dict(layout) if layout else None
+        dtypes = extra.get("output_dtypes")
+        self._output_dtypes = None if dtypes is None else [None if d is None else dtype_from_str(d) for d in dtypes]
+        self._restored_extra = dict(extra)
+
+    # ------------------------------------------------------------------ lifecycle
+    def _activate(self) -> None:
+        self._load()
+
+    def _deactivate(self) -> None:
+        self._runner = None
+        self._session = None
+
+    # ------------------------------------------------------------------ inference
+    def _infer(self, *args: Any, **kwargs: Any) -> Any:
+        runner = self._runner
+        assert runner is not None, "an ACTIVE TensorRT backend has a runner"
+        return runner(*args, **kwargs)
+
+
+def _output_dtypes(graph: GraphSpec, layout: IOLayout) -> list[torch.dtype | None]:
+    recorded: dict[Locator, torch.dtype] = {locator: spec.dtype for locator, spec in graph.output_spec.tensor_data}
+    return [recorded.get(locator) for locator in layout.outputs]
+
+
+def _write_atomically(path: Path, data: bytes) -> Path:
+    """Write under a unique name and move into place, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    try:
+        partial.write_bytes(data)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return path
