@@ -35,7 +35,7 @@ from tabulate import tabulate
 from bench.timing import Options, Result, Stats, alternate, calibrate, median, per_call
 
 AITUNE_TARGET = 0.95
-BATCH_SIZES = {"cnn": 32, "mlp": 64}
+BATCH_SIZES = {"cnn": 32, "mlp": 64, "transformer": 16}
 RAW = ("torch.compile", "AOTI")
 _names = itertools.count()
 

@@ -36,7 +36,7 @@ from tabulate import tabulate
 from bench.timing import Options, Result, Stats, alternate, calibrate, median, per_call
 
 AITUNE_TARGET = 0.95
-BATCH_SIZES = {"cnn": 32, "mlp": 64}
+BATCH_SIZES = {"cnn": 32, "mlp": 64, "transformer": 16}
 _names = itertools.count()
 
 

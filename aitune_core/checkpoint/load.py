@@ -30,13 +30,19 @@ from aitune_core.module.wrapper import Module
 DeviceMap = str | torch.device | dict[str, str | torch.device] | None
 
 
-def load(model: nn.Module, path: str | os.PathLike[str], device_map: DeviceMap = None) -> nn.Module:
+def load(
+    model: nn.Module, path: str | os.PathLike[str], device_map: DeviceMap = None, release_weights: bool = False
+) -> nn.Module:
     """Restore the checkpoint at ``path`` into ``model`` and deploy its backends.
 
     model: freshly built, with the same structure as the tuned one (its weights are
         replaced by the checkpoint's).
     device_map: one device for every module, or ``{module name: device}``; by default
         each module stays where its parameters are.
+    release_weights: for modules whose backends all carry their own weights (AOT
+        packages, ONNX files, engines, quantized tensors), do not keep the original
+        weights in memory. Calls outside the tuned graphs then raise instead of running
+        eagerly, since there are no weights to run them with.
     Returns ``model``, or the new wrapper when the model itself was the tuned module.
     """
     root = _open(Path(path))
@@ -50,6 +56,11 @@ def load(model: nn.Module, path: str | os.PathLike[str], device_map: DeviceMap =
     result = model
     for entry in manifest.modules:
         wrapper = _restore_module(model, entry, root, _device_for(entry, model, device_map), classes)
+        if release_weights and entry.graphs and not any(graph.backend.is_jit for graph in entry.graphs):
+            wrapper.release_weights(
+                "the original weights were released at load (release_weights=True); load without it to keep "
+                "eager fallback for such calls"
+            )
         if entry.path == "":
             result = wrapper
     get_logger().info("checkpoint loaded", path=str(path), modules=[m.name for m in manifest.modules])

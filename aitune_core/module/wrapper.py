@@ -209,6 +209,9 @@ class Module(nn.Module):
         return self._inner(*args, **kwargs)
 
     def _fall_back(self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable, reason: str) -> Any:
+        released = self.__dict__.get("_weights_released")
+        if released:
+            raise UnsupportedCallError(f"aitune module `{self.name}`: {reason}, and {released}")
         if config.fallback == "raise":
             raise UnsupportedCallError(
                 f"aitune module `{self.name}`: {reason}. Add such calls to the tuning data, "
@@ -232,6 +235,15 @@ class Module(nn.Module):
         record = GraphRecord(spec)
         record.samples.extend(samples)
         self._recorder.graphs[spec.key] = record
+
+    def release_weights(self, reason: str) -> None:
+        """Free the wrapped module's parameters and buffers (they become meta tensors).
+
+        For deployed modules whose backends carry their own weights. Calls the backends
+        were not built for can then no longer run eagerly; they raise, naming ``reason``.
+        """
+        self._inner.to("meta")
+        self.__dict__["_weights_released"] = reason
 
     def start_recording(self) -> ModuleState:
         """Record calls again (``tune`` does this while gathering); returns the state before.

@@ -295,3 +295,21 @@ def test_a_killed_save_leaves_the_previous_checkpoint_intact(saved: Saved, tmp_p
         assert manifest["modules"][0]["name"] == "big"
         for module in manifest["modules"]:
             assert (path / module["weights"]["path"]).is_file()
+
+
+def test_release_weights_frees_them_only_where_backends_carry_their_own(saved: Saved) -> None:
+    """Eager needs the original weights, so they stay; a module would only lose them with AOT backends."""
+    restored = load(Pipeline().eval(), saved.path, release_weights=True)
+    assert not any(p.is_meta for p in restored.encoder.parameters())
+    torch.testing.assert_close(restored.encoder(saved.x), saved.y, rtol=0, atol=0)
+
+
+def test_a_released_module_refuses_calls_it_was_not_tuned_for(tmp_path: Path, unique_name) -> None:  # type: ignore[no-untyped-def]
+    from aitune_core.module import UnsupportedCallError
+
+    module = ait.Module(Encoder().eval(), unique_name())
+    tune_eager(module)
+    module.release_weights("weights released for this test")
+    assert all(p.is_meta for p in module.module.parameters())
+    with pytest.raises(UnsupportedCallError, match="weights released for this test"):
+        module(torch.randn(9, 8))  # batch 9 is outside the tuned 1..4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -154,3 +155,45 @@ def test_batch_range_ending_at_a_model_size_stays_correct(tmp_path: Path) -> Non
     finally:
         ait.config.reset()
         del module
+
+
+def test_checkpoint_round_trip_in_a_fresh_process_without_compiling(tmp_path: Path) -> None:
+    """ait.save, then ait.load into a model with other weights in a new process: same outputs,
+    no export and no compile, and with release_weights the original weights are gone."""
+    import aitune_core as ait
+
+    def make() -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3)).eval()
+
+    torch.manual_seed(0)
+    model = make()
+    module = ait.Module(model, "aot-checkpoint")
+    ait.config.cache_dir = tmp_path / "cache"
+    try:
+        strategy = ait.FirstWinsStrategy([TorchInductorAotBackend()]).enable_performance_validation(False)
+        ait.tune(module, [torch.randn(6) for _ in range(4)], batch_sizes=[1, 4], strategy=strategy)
+        path = ait.save(module, tmp_path / "ckpt")
+        x = torch.randn(3, 6)
+        torch.save({"x": x, "y": module(x)}, tmp_path / "expected.pt")
+    finally:
+        ait.config.reset()
+        del module
+    script = f"""
+        import torch, torch.export, torch._inductor
+        def refuse(*args, **kwargs):
+            raise AssertionError("loading a checkpoint must not export or compile")
+        torch.export.export = torch._inductor.aoti_compile_and_package = refuse
+        import aitune_core as ait
+        torch.manual_seed(123)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3)).eval()
+        loaded = ait.load(model, {str(path)!r}, release_weights=True)
+        expected = torch.load({str(tmp_path / "expected.pt")!r})
+        assert all(p.is_meta for p in loaded.module.parameters())
+        assert torch.equal(loaded(expected["x"]), expected["y"])
+        print("ok")
+    """
+    env = {**os.environ, "AITUNE_CACHE_DIR": str(tmp_path / "cache2"), "AITUNE_LOG_LEVEL": "error"}
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
