@@ -50,7 +50,7 @@ def leaf_value_key(value: Any) -> Hashable:
 
 def value_key(value: Any, strict: bool) -> Hashable:
     if isinstance(value, torch.Tensor):
-        return ("T", value.dim(), value.dtype, value.device.type)
+        return ("T", value.dim(), value.dtype, "cpu" if value.is_cpu else value.device.type)
     cls = type(value)
     if cls is tuple or cls is list:
         return (cls.__name__, tuple([value_key(item, strict) for item in value]))

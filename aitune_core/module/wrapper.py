@@ -70,6 +70,12 @@ class ModuleRegistry:
 
 MODULE_REGISTRY = ModuleRegistry()
 
+# torch's process-wide hook registries, mutated in place when hooks are registered.
+_GLOBAL_FORWARD_HOOKS = torch.nn.modules.module._global_forward_hooks
+_GLOBAL_FORWARD_PRE_HOOKS = torch.nn.modules.module._global_forward_pre_hooks
+_GLOBAL_BACKWARD_HOOKS = torch.nn.modules.module._global_backward_hooks
+_GLOBAL_BACKWARD_PRE_HOOKS = torch.nn.modules.module._global_backward_pre_hooks
+
 _OWN_ATTRIBUTES = frozenset({"training", "name", "strategy"})
 
 
@@ -185,9 +191,10 @@ class Module(nn.Module):
             or self._forward_pre_hooks
             or self._backward_hooks
             or self._backward_pre_hooks
-            or torch.nn.modules.module._global_forward_hooks
-            or torch.nn.modules.module._global_forward_pre_hooks
-            or torch.nn.modules.module._global_backward_hooks
+            or _GLOBAL_FORWARD_HOOKS
+            or _GLOBAL_FORWARD_PRE_HOOKS
+            or _GLOBAL_BACKWARD_HOOKS
+            or _GLOBAL_BACKWARD_PRE_HOOKS
         ):
             return super().__call__(*args, **kwargs)
         return self.forward(*args, **kwargs)
@@ -201,7 +208,7 @@ class Module(nn.Module):
             if route is not None:
                 reason = route.mismatch(arguments)
                 if reason is None:
-                    return route.backend(*args, **kwargs)
+                    return route.call(*args, **kwargs)
                 return self._fall_back(args, kwargs, ("shape", route.graph.name), reason)
             return self._fall_back(args, kwargs, key, "this call's graph was not seen while tuning")
         if state is ModuleState.RECORDING:
@@ -228,6 +235,8 @@ class Module(nn.Module):
         """Install tuned routes (graph key -> route) and start routing calls."""
         self.__dict__["_routes"] = dict(routes)
         self.__dict__["_unseen"] = UnseenCalls()
+        for route in routes.values():
+            route.refresh()
         self.__dict__["_state"] = ModuleState.TUNED
 
     def add_graph(self, spec: GraphSpec, samples: list[Sample]) -> None:
@@ -287,6 +296,7 @@ class Module(nn.Module):
         for route in self._routes.values():
             if route.backend.state in (BackendState.INACTIVE, BackendState.CHECKPOINT_LOADED):
                 route.backend.activate()
+            route.refresh()
         self.__dict__["_state"] = ModuleState.TUNED
 
     def _release_backends(self) -> None:
