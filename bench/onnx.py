@@ -21,21 +21,20 @@ runs it as a registered suite.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import itertools
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 import torch
-from tabulate import tabulate
 
+from bench import backend_report
+from bench.backend_report import AITUNE_TARGET
 from bench.timing import Options, Result, Stats, alternate, calibrate, median, per_call
 
-AITUNE_TARGET = 0.95
 BATCH_SIZES = {"cnn": 32, "mlp": 64, "transformer": 16}
 _names = itertools.count()
 
@@ -138,7 +137,8 @@ def _bench_model(name: str, rounds: int, folder: Path, threads: int) -> dict[str
             }
             for variant in variants
         },
-        "aitune_vs_raw_ort": medians["ORT"] / medians["aitune"],
+        "best_raw": "ORT",
+        "aitune_vs_best_raw": medians["ORT"] / medians["aitune"],
         "_times": times,
     }
 
@@ -161,92 +161,15 @@ def measure_all(threads: int = 1, rounds: int = 15) -> dict[str, Any]:
     return results
 
 
-def table(results: dict[str, Any]) -> str:
-    rows = []
-    for name, model in results["models"].items():
-        for variant, numbers in model["variants"].items():
-            vs_raw = f"{model['aitune_vs_raw_ort']:.3f} of ORT ({model['selected']})" if variant == "aitune" else ""
-            rows.append(
-                [
-                    name,
-                    model["batch_size"],
-                    variant,
-                    f"{numbers['median_ms']:.3f}",
-                    f"{numbers['p10_ms']:.3f} .. {numbers['p90_ms']:.3f}",
-                    f"{numbers['throughput']:.0f}",
-                    f"{numbers['speedup_vs_eager']:.2f}x",
-                    vs_raw,
-                ]
-            )
-    headers = ["model", "batch", "variant", "median ms", "p10 .. p90 ms", "samples/s", "vs eager", "aitune vs raw ORT"]
-    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
-
-
-def _public(results: dict[str, Any]) -> dict[str, Any]:
-    return {
-        **results,
-        "models": {
-            name: {key: value for key, value in model.items() if not key.startswith("_")}
-            for name, model in results["models"].items()
-        },
-    }
-
-
-def _as_results(results: dict[str, Any]) -> list[Result]:
-    """The same numbers as ``bench.timing.Result`` rows, for ``python -m bench``."""
-    rows = []
-    for name, model in results["models"].items():
-        for variant, values in model["_times"].items():
-            note = f"{model['variants'][variant]['speedup_vs_eager']:.2f}x eager"
-            if variant == "aitune":
-                note += f", {model['aitune_vs_raw_ort']:.3f} of raw ORT (target >= {AITUNE_TARGET})"
-            rows.append(
-                Result(
-                    f"{name} batch {model['batch_size']}",
-                    variant,
-                    Stats.of(values),
-                    "ms",
-                    None,
-                    note,
-                    extra={"threads": results["threads"], "selected": model["selected"]},
-                )
-            )
-    return rows
-
-
-@overload
-def run(threads: int = 1) -> dict[str, Any]: ...
-
-
-@overload
-def run(threads: Options) -> list[Result]: ...
-
-
 def run(threads: int | Options = 1) -> dict[str, Any] | list[Result]:
-    """Measure, print the table and return the numbers.
-
-    ``run(threads)`` returns a dict: per model, per variant the median ms, throughput and
-    speedup over eager, plus ``aitune_vs_raw_ort``. The ``python -m bench`` runner calls
-    ``run(options)`` and gets ``bench.timing.Result`` rows instead (one thread).
-    """
-    if isinstance(threads, Options):
-        return _as_results(measure_all(threads.threads, rounds=threads.rounds(15, 5)))
-    results = measure_all(threads)
-    print(table(results), flush=True)
-    return _public(results)
+    """Measure; see :func:`bench.backend_report.run` for the two forms."""
+    return backend_report.run(measure_all, threads)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.onnx", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=1, help="torch and ONNX Runtime intra-op threads")
-    parser.add_argument("--quick", action="store_true", help="fewer rounds: a smoke run, not numbers to quote")
-    args = parser.parse_args(argv)
-    results = measure_all(args.threads, rounds=5 if args.quick else 15)
-    print(table(results), flush=True)
-    below = [name for name, model in results["models"].items() if model["aitune_vs_raw_ort"] < AITUNE_TARGET]
-    if below:
-        print(f"aitune below {AITUNE_TARGET} of raw ORT: {', '.join(below)}", file=sys.stderr)
-    return 0
+    return backend_report.main(
+        measure_all, "python -m bench.onnx", __doc__.split("\n\n")[0], "torch and ONNX Runtime intra-op threads", argv
+    )
 
 
 if __name__ == "__main__":
