@@ -145,3 +145,18 @@ def bench(session: nox.Session) -> None:
     names = with_needs(list(PLUGINS))
     install(session, ".", *(f"./{PLUGINS[n].path}" for n in names), "matplotlib")
     session.run("python", "-m", "bench", *session.posargs)
+
+
+# The Ray executor plugin registers an executor and no backend; its tests start a local
+# two-CPU Ray. It stays out of PLUGINS so that tests_all and bench do not pull Ray in.
+@nox.session
+def tests_plugin_ray(session: nox.Session) -> None:
+    """The core and aitune-ray, installed from their pyproject.toml: discovery and the Ray executor tests."""
+    install(session, ".", "./plugins/aitune_ray", "pytest")
+    expected = {"aitune-core": [["eager"], ["loaded"]], "aitune-ray": [[], ["loaded"]]}
+    session.run("python", "-c", _LISTING_CHECK, json.dumps(expected))
+    # importlib mode: the tests import the installed plugin, not the source folder beside them.
+    pytest(session, "--import-mode=importlib", "plugins/aitune_ray")
+
+
+nox.options.sessions.append("tests_plugin_ray")

@@ -7,10 +7,14 @@ made it rather than deep inside a tuning run.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
+
+if TYPE_CHECKING:
+    from aitune_core.executors.base import Executor
 
 
 def _default_cache_dir() -> Path:
@@ -37,6 +41,22 @@ def _to_path(value: Any) -> Path:
     return Path(value).expanduser()
 
 
+def _default_executor() -> str:
+    return os.environ.get("AITUNE_EXECUTOR") or "inprocess"
+
+
+def _executor_choice(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    from aitune_core.executors.base import Executor
+
+    if isinstance(value, Executor):
+        return
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z][a-z0-9_.-]*", value):
+        raise ValueError(
+            f"config.{attribute.name} must be an executor name such as 'inprocess', 'subprocess' or 'ray', "
+            f"or an Executor instance, got {value!r}"
+        )
+
+
 @attrs.define(on_setattr=[attrs.setters.convert, attrs.setters.validate])
 class Config:
     """aitune's settings.
@@ -53,6 +73,10 @@ class Config:
         shape outside the tuned range): ``"eager"`` runs the original module, ``"raise"`` raises.
     on_all_candidates_failed: when no candidate of a graph survives, ``"eager"`` keeps that
         graph eager and goes on; ``"raise"`` stops the tuning.
+    executor: where candidates are built, validated and profiled: ``"inprocess"`` (the
+        default, read from ``AITUNE_EXECUTOR`` when set), ``"subprocess"``, a name a plugin
+        registers (``"ray"``), or an :class:`~aitune_core.executors.Executor` instance.
+        Names are checked when tuning starts, since plugins load only then.
     """
 
     strict_mode: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
@@ -63,6 +87,7 @@ class Config:
     on_all_candidates_failed: Literal["eager", "raise"] = attrs.field(
         default="eager", validator=_one_of("eager", "raise")
     )
+    executor: str | Executor = attrs.field(factory=_default_executor, validator=_executor_choice)
 
     def reset(self) -> None:
         """Restore every setting to its default (tests and notebooks use this)."""

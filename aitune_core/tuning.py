@@ -5,6 +5,9 @@
 2. Each wrapped module is tuned on its own, the others deactivated, graph by graph,
    by its strategy.
 3. All modules are activated: calls are routed to the chosen backends.
+
+Where each candidate is built, validated and profiled is the executor's choice
+(``executor=`` or ``config.executor``); the executor lives for one ``tune`` call.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import torch
 from aitune_core.config import config
 from aitune_core.context import BATCH_SIZE_KEY, global_context
 from aitune_core.data import check_batch_sizes, samples_generator
+from aitune_core.executors.base import Executor
+from aitune_core.executors.registry import resolve_executor
 from aitune_core.log import get_logger
 from aitune_core.module.router import Route
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module
@@ -44,6 +49,7 @@ def tune(
     device: torch.device | str | None = None,
     dry_run: bool = False,
     strategy: TuneStrategy | None = None,
+    executor: str | Executor | None = None,
 ) -> TuneReport:
     """Tune every wrapped module that ``func`` calls, on real data from ``dataset``.
 
@@ -52,11 +58,33 @@ def tune(
     device: where to tune; wrapped modules are moved there. Default: where the wrapped
         modules' parameters are (CUDA when available for modules without parameters).
     strategy: used for modules created without their own (default MaxThroughputStrategy).
+    executor: where candidates run: ``"inprocess"``, ``"subprocess"``, a plugin's name such
+        as ``"ray"``, or an Executor instance (left open for the caller to close). None
+        takes ``config.executor``.
     Returns a :class:`TuneReport`; ``print`` it for the summary table.
     """
     if not callable(func):
         raise TypeError(f"func must be callable (a model or a function calling it), got {type(func).__name__}")
     sizes = check_batch_sizes(batch_sizes)
+    # Resolved before gathering, so a misspelt or missing executor fails before any work is done.
+    chosen, owned = resolve_executor(executor if executor is not None else config.executor)
+    try:
+        return _tune(func, dataset, sizes, max_num_batches_per_batch_size, device, dry_run, strategy, chosen)
+    finally:
+        if owned:
+            chosen.close()
+
+
+def _tune(
+    func: Callable[..., Any],
+    dataset: Any,
+    sizes: list[int] | None,
+    max_num_batches_per_batch_size: int | None,
+    device: torch.device | str | None,
+    dry_run: bool,
+    strategy: TuneStrategy | None,
+    executor: Executor,
+) -> TuneReport:
     log = get_logger()
     started = time.perf_counter()
     modules = list(MODULE_REGISTRY.modules.values())
@@ -68,7 +96,13 @@ def tune(
             "one batch size given; shapes are treated as static",
             hint="give at least two batch sizes, e.g. batch_sizes=[1, 2, 4, 8], to detect batch axes",
         )
-    log.info("tune started", modules=[m.name for m in modules], batch_sizes=sizes, device=str(target))
+    log.info(
+        "tune started",
+        modules=[m.name for m in modules],
+        batch_sizes=sizes,
+        device=str(target),
+        **({} if executor.name == "inprocess" else {"executor": executor.describe()}),
+    )
 
     previous = {module.name: module.start_recording() for module in modules}
     calls_before = {module.name: module.recorded_calls for module in modules}
@@ -106,7 +140,7 @@ def tune(
             if other is not module:
                 other.deactivate()
         log.info("tuning module", module=module.name, progress=f"{index}/{len(called)}")
-        routes[module.name] = _tune_module(module, _strategy_for(module, strategy, target), target, report)
+        routes[module.name] = _tune_module(module, _strategy_for(module, strategy, target), target, report, executor)
     for module in called:
         module.set_routes(routes[module.name])
     report.timings.update(_phase_totals(report))
@@ -161,7 +195,7 @@ def _strategy_for(module: Module, default: TuneStrategy | None, device: torch.de
 
 
 def _tune_module(
-    module: Module, strategy: TuneStrategy, device: torch.device, report: TuneReport
+    module: Module, strategy: TuneStrategy, device: torch.device, report: TuneReport, executor: Executor
 ) -> dict[Hashable, Route]:
     log = get_logger(module=module.name)
     routes: dict[Hashable, Route] = {}
@@ -181,7 +215,7 @@ def _tune_module(
         cache_dir = config.cache_dir / module.name / graph.name
         with torch.no_grad():
             backend = strategy.tune(
-                module.module, module.name, graph, record.samples, device, cache_dir, module.signature
+                module.module, module.name, graph, record.samples, device, cache_dir, module.signature, executor
             )
         graph_report = GraphReport(module.name, graph.name, type(strategy).__name__, list(strategy.results))
         report.graphs.append(graph_report)

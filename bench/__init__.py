@@ -19,6 +19,7 @@ SUITES: dict[str, str] = {
     "foundation": "bench.foundation",
     "inductor": "bench.inductor",
     "checkpoint": "bench.checkpoint",
+    "executors": "bench.executors",
     "onnx": "bench.onnx",
     "torchao": "bench.torchao",
     "tuning": "bench.tuning",

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import torch
 
     from aitune_core.backends.base import Backend
+    from aitune_core.executors.base import Executor
     from aitune_core.module.wrapper import Module
     from aitune_core.plugins.records import Candidate, ContainerRegistrar
 
@@ -244,6 +245,35 @@ def aitune_extend_converter(converter: cattrs.Converter) -> None:
     """
 
 
+# --------------------------------------------------------------------------- where candidates run
+@hookspec
+def aitune_register_executors() -> Sequence[type[Executor]]:
+    """Register executors: where candidates are built, validated and profiled.
+
+    **Why.** Tuning runs each candidate in this process by default, or each in a child
+    process (`"subprocess"`). A plugin can run them elsewhere, on a cluster, a job queue
+    or a remote GPU, and users then choose it by name: `tune(..., executor="ray")` or
+    `aitune_core.config.executor = "ray"`. The name is the class attribute
+    `Executor.name`; the core's names (`inprocess`, `subprocess`) cannot be taken, and a
+    name two plugins register is refused for both.
+
+    **When.** Each time an executor is looked up by a name the core does not define,
+    typically once per `tune` call. Executors chosen by name are created with no
+    arguments, so every option needs a default; users who want others pass an instance.
+
+    **Returns** a sequence of `Executor` subclasses (not instances). Subclassing
+    `aitune_core.executors.RemoteExecutor` leaves only shipping a graph and running one
+    candidate to write; the summary rows, logs and restoring the winner come with it.
+
+    ```python
+    @hookimpl
+    def aitune_register_executors():
+        return [RayExecutor]
+    ```
+    """
+    raise NotImplementedError
+
+
 # --------------------------------------------------------------------------- reference
 def hook_specs() -> list[Callable[..., Any]]:
     """Every hook spec of this module, in the order they are defined."""
@@ -274,7 +304,8 @@ def render_markdown() -> str:
         "subset of a hook's arguments, by name; hooks only ever gain arguments.",
         "",
         "Types named below: `Candidate` and `ContainerRegistrar` come from `aitune_core.plugins`;",
-        "`Backend`, `BuildContext` and `Availability` from `aitune_core.backends`.",
+        "`Backend`, `BuildContext` and `Availability` from `aitune_core.backends`; `Executor` from",
+        "`aitune_core.executors`.",
         "",
     ]
     specs = hook_specs()

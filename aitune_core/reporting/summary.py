@@ -20,6 +20,8 @@ SUMMARY_HEADERS = [
     "Speedup vs eager",
     "Reason",
 ]
+WORKER_HEADER = "Worker"
+"""Shown after "Status" when any candidate ran outside this process: which worker ran it."""
 
 
 @attrs.define(eq=False)
@@ -53,31 +55,44 @@ class TuneReport:
                 return report.selected.backend
         return None
 
+    @property
+    def has_workers(self) -> bool:
+        """Whether any candidate ran outside this process (the summary then names its worker)."""
+        return any(candidate.worker for report in self.graphs for candidate in report.candidates)
+
+    def headers(self) -> list[str]:
+        if not self.has_workers:
+            return list(SUMMARY_HEADERS)
+        at = SUMMARY_HEADERS.index("Status") + 1
+        return [*SUMMARY_HEADERS[:at], WORKER_HEADER, *SUMMARY_HEADERS[at:]]
+
     def rows(self) -> list[list[Any]]:
         rows = []
+        workers = self.has_workers
         for report in self.graphs:
             for candidate in report.candidates:
                 measurement = candidate.measurement
                 status = f"✓ {candidate.status}" if candidate.status in ("selected", "fallback") else candidate.status
-                rows.append(
-                    [
-                        report.module,
-                        report.graph,
-                        candidate.backend,
-                        status,
-                        f"{measurement.throughput:.2f}" if measurement else "-",
-                        f"{measurement.median_ms:.3f} / {measurement.p90_ms:.3f}" if measurement else "-",
-                        measurement.batch_size if measurement else "-",
-                        f"{candidate.speedup:.2f}x" if candidate.speedup else "-",
-                        _short(candidate.reason),
-                    ]
-                )
+                row = [
+                    report.module,
+                    report.graph,
+                    candidate.backend,
+                    status,
+                    f"{measurement.throughput:.2f}" if measurement else "-",
+                    f"{measurement.median_ms:.3f} / {measurement.p90_ms:.3f}" if measurement else "-",
+                    measurement.batch_size if measurement else "-",
+                    f"{candidate.speedup:.2f}x" if candidate.speedup else "-",
+                    _short(candidate.reason),
+                ]
+                if workers:
+                    row.insert(4, candidate.worker or "here")
+                rows.append(row)
         return rows
 
     def summary(self) -> str:
         if self.dry_run:
             return "Dry run, nothing was built. Plan:\n" + "\n".join(self.plan)
-        text = render_table(self.rows(), SUMMARY_HEADERS, "fancy_grid")
+        text = render_table(self.rows(), self.headers(), "fancy_grid")
         for report in self.graphs:
             sweep = _sweep_table(report)
             if sweep:

@@ -5,13 +5,18 @@ and returns one built, ACTIVE backend. Subclasses implement ``_tune`` and may ex
 ``_pre_tune``/``_post_tune``. The shared steps (build a copy, validate against eager,
 profile, compare with the eager baseline) live in :meth:`TuneStrategy.evaluate`, so
 custom strategies get the same checks and the same summary rows for free.
+
+Where a candidate runs is the executor's business (:mod:`aitune_core.executors`):
+:meth:`TuneStrategy.evaluate` tries one and waits for it, and
+:meth:`TuneStrategy.evaluate_all` lets an executor run several at once when the
+strategy looks at every result before choosing (``parallel_candidates``).
 """
 
 from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -19,16 +24,16 @@ import torch
 
 from aitune_core.backends.base import Availability, Backend
 from aitune_core.backends.eager import TorchEagerBackend
+from aitune_core.executors.base import CandidateTask, Executor, PendingCandidate
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.log import get_logger
 from aitune_core.profiling.measurement import Measurement, ProfileConfig
-from aitune_core.strategies.candidates import (
+from aitune_core.strategies.candidates import (  # noqa: F401 - the errors are re-exported for strategies
+    CandidateFailedError,
     CandidateRejectedError,
     CandidateResult,
     GraphSession,
-    build_candidate,
-    release,
 )
 from aitune_core.validation.tolerances import Tolerances
 
@@ -48,6 +53,8 @@ class TuneStrategy(abc.ABC):
 
     name: ClassVar[str] = "Tune Strategy"
     description: ClassVar[str] = ""
+    parallel_candidates: ClassVar[bool] = False
+    """Whether every candidate is tried whatever the others gave, so an executor may run them at once."""
 
     def __init__(
         self,
@@ -72,6 +79,7 @@ class TuneStrategy(abc.ABC):
         self.performance_validation = True
         self.results: list[CandidateResult] = []
         self.session: GraphSession | None = None
+        self.executor: Executor | None = None
         self._candidate_count = 0
         self._candidate_index = 0
 
@@ -100,8 +108,35 @@ class TuneStrategy(abc.ABC):
         device: torch.device,
         cache_dir: Path,
         signature: ForwardSignature | None = None,
+        executor: Executor | None = None,
     ) -> Backend:
-        """Choose, build and return the backend for one graph (ACTIVE)."""
+        """Choose, build and return the backend for one graph (ACTIVE).
+
+        executor: where candidates run; None takes ``config.executor`` for this graph only.
+        """
+        if executor is not None:
+            return self._tune_graph(module, name, graph_spec, data, device, cache_dir, signature, executor)
+        from aitune_core.config import config
+        from aitune_core.executors.registry import resolve_executor
+
+        chosen, owned = resolve_executor(config.executor)
+        try:
+            return self._tune_graph(module, name, graph_spec, data, device, cache_dir, signature, chosen)
+        finally:
+            if owned:
+                chosen.close()
+
+    def _tune_graph(
+        self,
+        module: torch.nn.Module,
+        name: str,
+        graph_spec: GraphSpec,
+        data: list[Sample],
+        device: torch.device,
+        cache_dir: Path,
+        signature: ForwardSignature | None,
+        executor: Executor,
+    ) -> Backend:
         self.results = []
         self._candidate_count = self._candidate_index = 0
         self.session = GraphSession(
@@ -116,10 +151,14 @@ class TuneStrategy(abc.ABC):
             profile_config=self.profile_config,
             log=get_logger(module=name, graph=graph_spec.name, strategy=type(self).__name__),
         )
+        self.executor = executor
         start = time.perf_counter()
-        self._pre_tune(module, name, graph_spec, data, device, cache_dir)
-        backend = self._tune(module, name, graph_spec, data, device, cache_dir)
-        self._post_tune(module, name, graph_spec, data, device, cache_dir)
+        try:
+            self._pre_tune(module, name, graph_spec, data, device, cache_dir)
+            backend = self._tune(module, name, graph_spec, data, device, cache_dir)
+            self._post_tune(module, name, graph_spec, data, device, cache_dir)
+        finally:
+            executor.end_graph(self.session)
         self.session.log.info(
             "strategy finished", selected=backend.describe(), duration_s=round(time.perf_counter() - start, 3)
         )
@@ -183,71 +222,59 @@ class TuneStrategy(abc.ABC):
         return available
 
     def evaluate(self, blueprint: Backend, profile_at: list[int | None], raise_errors: bool = False) -> CandidateResult:
-        """Build a copy of ``blueprint``, validate it and profile it at ``profile_at``.
+        """Build a copy of ``blueprint``, validate it and profile it at ``profile_at``, and wait for it.
 
-        The result's ``instance`` is the ACTIVE backend when every step passed. With
-        ``raise_errors``, a build or validation exception propagates unchanged (for
-        OneBackendStrategy) instead of becoming a failed result.
+        The result's ``instance`` is the ACTIVE backend when every step passed in this
+        process; an out-of-process executor leaves it None until :meth:`select` restores
+        the winner here. With ``raise_errors``, a build or validation exception
+        propagates (for OneBackendStrategy): unchanged in-process, as
+        :class:`CandidateFailedError` or :class:`CandidateRejectedError` from elsewhere.
         """
+        return self.submit(blueprint, profile_at, raise_errors).result()
+
+    def evaluate_all(self, blueprints: Iterable[Backend], profile_at: list[int | None]) -> Iterator[CandidateResult]:
+        """Evaluate every blueprint, yielding results in the order given.
+
+        With ``parallel_candidates`` and an executor that runs several at once, all are
+        submitted before the first result is awaited; otherwise each is evaluated when
+        the previous one has been consumed, exactly as a loop over :meth:`evaluate`.
+        """
+        assert self.session is not None
+        if not self.parallel_candidates or self._executor().max_parallel(self.session) <= 1:
+            for blueprint in blueprints:
+                yield self.evaluate(blueprint, profile_at)
+            return
+        pending = [self.submit(blueprint, profile_at) for blueprint in blueprints]
+        for item in pending:
+            yield item.result()
+
+    def submit(self, blueprint: Backend, profile_at: list[int | None], raise_errors: bool = False) -> PendingCandidate:
+        """Add a summary row for ``blueprint`` and hand it to the executor; returns at once where it can."""
         session = self.session
         assert session is not None
-        result = CandidateResult(blueprint.describe(), "failed", key=blueprint.key())
+        result = CandidateResult(blueprint.describe(), "failed", key=blueprint.key(), blueprint=blueprint)
         self.results.append(result)
         self._candidate_index += 1
         total = max(self._candidate_count, self._candidate_index)
         log = session.log.bind(backend=result.backend)
         log.info("candidate", progress=f"{self._candidate_index}/{total}")
-        backend: Backend | None = None
-        stage = "build"
-        try:
-            backend = build_candidate(session, blueprint, result)
-            result.instance = backend
-            stage = "validation"
-            if self.correctness_check:
-                tolerances = backend.default_tolerances().merged(self.tolerances)
-                validation = session.reference.validate(backend, tolerances)
-                result.validate_s = validation.duration_s
-                result.max_abs_error = validation.max_abs_error
-                result.max_rel_error = validation.max_rel_error
-                if not validation.passed:
-                    raise _ValidationFailed(validation.reason)
-                log.info(
-                    "validated",
-                    checked=", ".join(validation.checked),
-                    duration_s=round(validation.duration_s, 3),
-                    max_abs_error=float(f"{validation.max_abs_error:.3g}"),
-                )
-            stage = "profile"
-            start = time.perf_counter()
-            result.sweep = [session.profile(backend, size) for size in profile_at]
-            result.profile_s = time.perf_counter() - start
-            result.measurement = max(result.sweep, key=lambda m: m.throughput) if result.sweep else None
-            if result.measurement is not None:
-                log.info(
-                    "profiled",
-                    throughput=round(result.measurement.throughput, 2),
-                    batch_size=result.measurement.batch_size,
-                    latency_ms=round(result.measurement.median_ms, 4),
-                    duration_s=round(result.profile_s, 3),
-                )
-            result.status = "passed"
-        except _ValidationFailed as failure:
-            result.status, result.stage, result.reason = "rejected", stage, str(failure)
-            log.warning("validation failed", reason=result.reason)
-            if raise_errors:
-                release(backend)
-                raise CandidateRejectedError(result) from None
-        except Exception as error:
-            result.status, result.stage = "failed", stage
-            result.reason = f"{type(error).__name__}: {error}".strip()
-            log.warning(f"{stage} failed", reason=result.reason)
-            if raise_errors:
-                release(backend)
-                raise
-        if result.status != "passed":
-            release(backend)
-            result.instance = None
-        return result
+        task = CandidateTask(
+            blueprint=blueprint,
+            profile_at=list(profile_at),
+            correctness_check=self.correctness_check,
+            measure_eager=self.performance_validation,
+            raise_errors=raise_errors,
+            result=result,
+            log=log,
+        )
+        return self._executor().submit(session, task)
+
+    def _executor(self) -> Executor:
+        if self.executor is None:
+            from aitune_core.executors.inprocess import InProcessExecutor
+
+            self.executor = InProcessExecutor()
+        return self.executor
 
     def eager_baseline(self, batch_size: int | None) -> Measurement | None:
         """Eager's timing at ``batch_size``, or None when performance validation is off."""
@@ -260,11 +287,12 @@ class TuneStrategy(abc.ABC):
         """Record the speedup over eager and check it against the performance gate."""
         if not self.performance_validation or result.measurement is None:
             return True
-        if _is_plain_eager(result.instance):
+        if _is_plain_eager(result.instance or result.blueprint):
             return True  # eager is the baseline itself; there is nothing to gate
         assert self.session is not None
         batch = result.measurement.batch_size if self.session.batch_range() else None
-        baseline = self.eager_baseline(batch)
+        # Eager timed by the candidate's own worker, when it ran elsewhere: same machine, same load.
+        baseline = result.eager_at(batch) or self.eager_baseline(batch)
         if baseline is None:
             return True
         result.speedup = result.measurement.throughput / baseline.throughput
@@ -288,9 +316,21 @@ class TuneStrategy(abc.ABC):
         return backend
 
     def select(self, result: CandidateResult) -> Backend:
-        result.status = "selected"
-        assert result.instance is not None
+        """Make ``result`` the graph's backend; a winner built elsewhere is restored here first.
+
+        A winner that cannot be restored (or fails validation here) leaves the graph
+        eager, with the reason in its row.
+        """
         assert self.session is not None
+        if result.instance is None:
+            try:
+                result.instance = self._executor().restore(self.session, result, validate=self.correctness_check)
+            except Exception as error:
+                result.status, result.stage = "failed", "restore"
+                result.reason = f"{type(error).__name__}: {error}".strip()
+                self.session.log.warning("restore failed", backend=result.backend, reason=result.reason)
+                return self.eager_fallback(f"{result.backend} won but could not be restored here")
+        result.status = "selected"
         self.session.log.info(
             "selected",
             backend=result.backend,
@@ -302,10 +342,6 @@ class TuneStrategy(abc.ABC):
 
 def _is_plain_eager(backend: Backend | None) -> bool:
     return isinstance(backend, TorchEagerBackend) and not backend.config.autocast_enabled  # type: ignore[attr-defined]
-
-
-class _ValidationFailed(Exception):
-    pass
 
 
 def _plugin_defaults(device: torch.device) -> list[tuple[Backend, Availability]]:

@@ -2,7 +2,9 @@
 
 Every strategy runs candidates the same way; they differ only in which they try and
 how they choose. Keeping the steps here means every strategy reports failures with
-the same reasons and timings, which is what the summary table shows.
+the same reasons and timings, which is what the summary table shows. Executors
+(:mod:`aitune_core.executors`) call :func:`run_candidate` wherever the candidate runs,
+in this process, a child process or a cluster worker, so the steps are the same there.
 """
 
 from __future__ import annotations
@@ -45,6 +47,23 @@ class CandidateResult:
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     instance: Backend | None = attrs.field(default=None, repr=False)
+    worker: str = ""
+    """Where it ran (``pid@host``) when an executor ran it outside this process; empty in-process."""
+    log_tail: str = attrs.field(default="", repr=False)
+    """The end of the worker's log when the candidate failed out of process."""
+    eager_sweep: list[Measurement] = attrs.field(factory=list, repr=False)
+    """Eager timed by the same worker at the candidate's batch sizes: the fair baseline for its speedup."""
+    blueprint: Backend | None = attrs.field(default=None, repr=False)
+    backend_data: dict[str, Any] | None = attrs.field(default=None, repr=False)
+    """``to_dict()`` of the candidate as built out of process: what restores the winner here."""
+
+    def eager_at(self, batch_size: int | None) -> Measurement | None:
+        """Eager's timing from the candidate's own worker at ``batch_size``, if it took one."""
+        if not self.eager_sweep:
+            return None
+        if batch_size is None:
+            return self.eager_sweep[0]
+        return next((m for m in self.eager_sweep if m.batch_size == batch_size), None)
 
 
 class CandidateRejectedError(RuntimeError):
@@ -52,6 +71,15 @@ class CandidateRejectedError(RuntimeError):
 
     def __init__(self, result: CandidateResult) -> None:
         super().__init__(result.reason)
+        self.result = result
+
+
+class CandidateFailedError(RuntimeError):
+    """A candidate run out of process failed; its original exception stayed there, ``result`` says why."""
+
+    def __init__(self, result: CandidateResult) -> None:
+        where = f" on {result.worker}" if result.worker else ""
+        super().__init__(f"{result.backend} failed at {result.stage or 'start'}{where}: {result.reason}")
         self.result = result
 
 
@@ -144,6 +172,79 @@ def build_candidate(session: GraphSession, blueprint: Backend, result: Candidate
         **{k: v for k, v in backend.build_info.items() if isinstance(v, (int, float, str, bool))},
     )
     return backend
+
+
+def run_candidate(
+    session: GraphSession,
+    blueprint: Backend,
+    result: CandidateResult,
+    profile_at: list[int | None],
+    correctness_check: bool = True,
+    raise_errors: bool = False,
+    log: Any = None,
+) -> CandidateResult:
+    """Build a copy of ``blueprint``, validate it against eager and profile it at ``profile_at``.
+
+    Fills ``result`` in place. Its ``instance`` is the ACTIVE backend when every step
+    passed, else None and the backend is released. With ``raise_errors``, a build or
+    validation exception propagates unchanged (OneBackendStrategy wants the original).
+    """
+    log = log if log is not None else session.log.bind(backend=result.backend)
+    backend: Backend | None = None
+    stage = "build"
+    try:
+        backend = build_candidate(session, blueprint, result)
+        result.instance = backend
+        stage = "validation"
+        if correctness_check:
+            tolerances = backend.default_tolerances().merged(session.tolerances)
+            validation = session.reference.validate(backend, tolerances)
+            result.validate_s = validation.duration_s
+            result.max_abs_error = validation.max_abs_error
+            result.max_rel_error = validation.max_rel_error
+            if not validation.passed:
+                raise _ValidationFailed(validation.reason)
+            log.info(
+                "validated",
+                checked=", ".join(validation.checked),
+                duration_s=round(validation.duration_s, 3),
+                max_abs_error=float(f"{validation.max_abs_error:.3g}"),
+            )
+        stage = "profile"
+        start = time.perf_counter()
+        result.sweep = [session.profile(backend, size) for size in profile_at]
+        result.profile_s = time.perf_counter() - start
+        result.measurement = max(result.sweep, key=lambda m: m.throughput) if result.sweep else None
+        if result.measurement is not None:
+            log.info(
+                "profiled",
+                throughput=round(result.measurement.throughput, 2),
+                batch_size=result.measurement.batch_size,
+                latency_ms=round(result.measurement.median_ms, 4),
+                duration_s=round(result.profile_s, 3),
+            )
+        result.status = "passed"
+    except _ValidationFailed as failure:
+        result.status, result.stage, result.reason = "rejected", stage, str(failure)
+        log.warning("validation failed", reason=result.reason)
+        if raise_errors:
+            release(backend)
+            raise CandidateRejectedError(result) from None
+    except Exception as error:
+        result.status, result.stage = "failed", stage
+        result.reason = f"{type(error).__name__}: {error}".strip()
+        log.warning(f"{stage} failed", reason=result.reason)
+        if raise_errors:
+            release(backend)
+            raise
+    if result.status != "passed":
+        release(backend)
+        result.instance = None
+    return result
+
+
+class _ValidationFailed(Exception):
+    pass
 
 
 def release(backend: Backend | None) -> None:

@@ -1,4 +1,9 @@
-"""FirstWinsStrategy: the first candidate, in priority order, that builds, is correct and beats eager."""
+"""FirstWinsStrategy: the first candidate, in priority order, that builds, is correct and beats eager.
+
+Candidates are tried one at a time on every executor: the first that qualifies ends
+the search, so running the later ones in parallel would only spend time on builds
+that are thrown away.
+"""
 
 from __future__ import annotations
 

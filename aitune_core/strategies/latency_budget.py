@@ -23,6 +23,7 @@ from aitune_core.strategies.candidates import CandidateResult, release
 class LatencyBudgetStrategy(TuneStrategy):
     name = "Latency Budget Strategy"
     description = "evaluate all backends, return the highest throughput within the latency budget"
+    parallel_candidates = True
 
     def __init__(self, backends: Any = None, *, budget_ms: float, **options: Any) -> None:
         if budget_ms <= 0:
@@ -46,8 +47,7 @@ class LatencyBudgetStrategy(TuneStrategy):
         assert self.session is not None
         profile_at = self.session.sweep_sizes()
         best: CandidateResult | None = None
-        for blueprint in self.candidates(device):
-            result = self.evaluate(blueprint, profile_at)
+        for result in self.evaluate_all(self.candidates(device), profile_at):
             if result.status != "passed":
                 continue
             fitting = self._within_budget(result)

@@ -30,6 +30,7 @@ def widen_batch_range(graph: GraphSpec, max_batch: int) -> None:
 class MaxThroughputStrategy(TuneStrategy):
     name = "Max Throughput Strategy"
     description = "evaluate all backends, return backend with maximum throughput"
+    parallel_candidates = True
 
     max_batch_size: int | None = None
 
@@ -73,8 +74,7 @@ class MaxThroughputStrategy(TuneStrategy):
             self.session.sweep_sizes(self.max_batch_size) if self.profile_config.sweep else [self.max_batch_size]
         )
         best: CandidateResult | None = None
-        for blueprint in self.candidates(device):
-            result = self.evaluate(blueprint, profile_at)
+        for result in self.evaluate_all(self.candidates(device), profile_at):
             if result.status != "passed" or result.measurement is None:
                 continue
             at_max = _at_batch(result, self.max_batch_size)

@@ -15,6 +15,7 @@ from aitune_core.strategies.candidates import CandidateResult, release
 class MinLatencyStrategy(TuneStrategy):
     name = "Min Latency Strategy"
     description = "evaluate all backends, return backend with minimum latency at the smallest batch size"
+    parallel_candidates = True
 
     def _tune(
         self,
@@ -29,8 +30,7 @@ class MinLatencyStrategy(TuneStrategy):
         batch = self.session.batch_range()
         profile_at = [batch[0] if batch else None]
         best: CandidateResult | None = None
-        for blueprint in self.candidates(device):
-            result = self.evaluate(blueprint, profile_at)
+        for result in self.evaluate_all(self.candidates(device), profile_at):
             if result.status != "passed" or result.measurement is None:
                 continue
             if best is None or result.measurement.median_ms < best.measurement.median_ms:  # type: ignore[union-attr]

@@ -1,0 +1,37 @@
+"""The default executor: every candidate runs right here, one after another.
+
+This is what tuning always did: the backend that passed is the very object that
+serves afterwards, nothing is copied or shipped, and a failing build raises its
+original exception where OneBackendStrategy wants it. The price is that a candidate
+which crashes the interpreter (a segfault in a compiler, ``os.abort()``) or hangs
+takes the tuning with it; the ``subprocess`` executor is there for that.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aitune_core.executors.base import CandidateTask, Executor, FinishedCandidate, PendingCandidate
+
+if TYPE_CHECKING:
+    from aitune_core.strategies.candidates import GraphSession
+
+
+class InProcessExecutor(Executor):
+    """Builds, validates and profiles each candidate in this process, synchronously."""
+
+    name = "inprocess"
+
+    def submit(self, session: GraphSession, task: CandidateTask) -> PendingCandidate:
+        from aitune_core.strategies.candidates import run_candidate
+
+        run_candidate(
+            session,
+            task.blueprint,
+            task.result,
+            task.profile_at,
+            correctness_check=task.correctness_check,
+            raise_errors=task.raise_errors,
+            log=task.log,
+        )
+        return FinishedCandidate(task.result)

@@ -1,0 +1,322 @@
+"""RemoteExecutor: what every executor that runs candidates outside this process shares.
+
+A subclass only says how to ship a graph's payload to its workers (:meth:`ship`), how
+to run one candidate there and wait for it (:meth:`run`), and, when workers do not
+share this machine's disk, how to bring a winner's artifacts back
+(:meth:`fetch_artifacts`). This class does the rest the same way for all of them:
+
+* per graph, a pool of :meth:`max_parallel` threads, each waiting on one candidate, so
+  that up to that many run at once and the time limit of each starts when it is handed
+  to a worker, not when the strategy queued it;
+* the graph is shipped once, lazily, at the first candidate (after the strategy's
+  ``_pre_tune``, which may widen the graph's batch range);
+* a worker's answer becomes the strategy's summary row here, on the strategy's thread,
+  with the same log events as in-process tuning plus ``worker=pid@host``;
+* the winner is restored here: a JIT backend is rebuilt from its config, any other is
+  made with ``from_dict`` from its artifacts and activated; either is then validated
+  against eager here before it serves.
+
+Nothing a worker does changes this process: the module, the plugin registry and the
+cache folder of other candidates are untouched when a worker dies.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from aitune_core.executors.base import CandidateTask, Executor, ExecutorError, PendingCandidate
+from aitune_core.executors.payload import CandidateRecord, GraphPayload, UnshippableBackendError, backend_ref
+
+if TYPE_CHECKING:
+    from aitune_core.backends.base import Backend
+    from aitune_core.strategies.candidates import CandidateResult, GraphSession
+
+Fetch = Any
+"""What a subclass keeps to fetch a passed candidate's artifacts later (None: nothing to fetch)."""
+
+_EVENT_TAIL_LINES = 12
+
+
+@attrs.define(eq=False)
+class Shipment:
+    """One graph as shipped to the workers, the threads waiting on them, and the candidates running."""
+
+    handle: Any
+    pool: ThreadPoolExecutor
+    graph_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
+    futures: list[Future[tuple[CandidateRecord, Fetch]]] = attrs.field(factory=list)
+    fetches: dict[int, Fetch] = attrs.field(factory=dict)
+
+
+class RemoteExecutor(Executor):
+    """Runs each candidate in a worker outside this process, ``workers`` at a time.
+
+    workers: candidates running at once. Their timings are compared with each other,
+        so on one machine keep this at or below what the machine runs without
+        contention (one per GPU; a few per CPU socket). None: the subclass decides
+        (:meth:`max_parallel`), else 1.
+    timeout_s: the most one candidate may take, from when it starts; None: no limit.
+    """
+
+    def __init__(self, workers: int | None = 1, timeout_s: float | None = 1800.0) -> None:
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"workers must be a whole number of at least 1 (or None), got {workers!r}")
+        if timeout_s is not None and timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive or None, got {timeout_s!r}")
+        self.workers = workers
+        self.timeout_s = timeout_s
+        self._shipments: dict[int, Shipment] = {}
+        self._lock = threading.Lock()
+
+    def max_parallel(self, session: GraphSession) -> int:
+        return self.workers or 1
+
+    def describe(self) -> str:
+        count = "auto" if self.workers is None else str(self.workers)
+        limit = f", timeout {self.timeout_s:g} s" if self.timeout_s else ""
+        return f"{self.name} ({count} worker{'s' if self.workers != 1 else ''}{limit})"
+
+    # ------------------------------------------------------------------ to implement
+    @abc.abstractmethod
+    def ship(self, session: GraphSession, payload: GraphPayload) -> Any:
+        """Make ``payload`` available to workers; returns the handle :meth:`run` gets."""
+
+    @abc.abstractmethod
+    def run(self, handle: Any, candidate: dict[str, Any]) -> tuple[CandidateRecord, Fetch]:
+        """Run one candidate in a worker and wait for it (on a pool thread).
+
+        Enforce ``timeout_s`` from the moment the candidate starts. A crash, a timeout or
+        a lost worker is a failed record, never an exception.
+        """
+
+    def unship(self, handle: Any) -> None:
+        """Drop what :meth:`ship` made; called when the graph is done."""
+
+    def cancel(self, handle: Any) -> None:
+        """Stop candidates of this graph that are still running (the strategy stopped early)."""
+
+    def cache_dir_for(self, session: GraphSession) -> str | None:
+        """Where workers build; None lets each worker pick its own folder (no shared disk)."""
+        return str(session.cache_dir)
+
+    def fetch_artifacts(self, session: GraphSession, result: CandidateResult, fetch: Fetch) -> dict[str, str]:
+        """The winner's artifact paths on this machine; by default the workers share its disk."""
+        data = result.backend_data or {}
+        return dict(data.get("artifacts", {}))
+
+    def candidate_options(self) -> dict[str, Any]:
+        """Extra keys of every candidate payload (a memory limit, threads per worker)."""
+        return {}
+
+    # ------------------------------------------------------------------ Executor
+    def submit(self, session: GraphSession, task: CandidateTask) -> PendingCandidate:
+        try:
+            reference = backend_ref(task.blueprint)
+        except UnshippableBackendError as error:
+            CandidateRecord.failed("start", str(error)).apply(task.result)
+            task.log.warning("start failed", reason=task.result.reason)
+            return _Pending(self, session, task, None).finished()
+        shipment = self._shipment(session)
+        candidate = {
+            "label": task.result.backend,
+            "backend": reference,
+            "profile_at": list(task.profile_at),
+            "correctness_check": task.correctness_check,
+            "measure_eager": task.measure_eager,
+            "cache_dir": self.cache_dir_for(session),
+            "graph_id": shipment.graph_id,
+            **self.candidate_options(),
+        }
+        future = shipment.pool.submit(self._run_guarded, shipment.handle, candidate)
+        shipment.futures.append(future)
+        return _Pending(self, session, task, future)
+
+    def _run_guarded(self, handle: Any, candidate: dict[str, Any]) -> tuple[CandidateRecord, Fetch]:
+        try:
+            return self.run(handle, candidate)
+        except Exception as error:
+            return CandidateRecord.failed("start", f"{self.name} executor error: {type(error).__name__}: {error}"), None
+
+    def _shipment(self, session: GraphSession) -> Shipment:
+        with self._lock:
+            shipment = self._shipments.get(id(session))
+            if shipment is None:
+                start = time.perf_counter()
+                try:
+                    payload = GraphPayload.of(session)
+                except Exception as error:
+                    raise ExecutorError(
+                        f"the {self.name} executor could not send module `{session.module_name}` to its workers "
+                        f"({type(error).__name__}: {error}); its class must be importable by name in a fresh "
+                        "interpreter (not defined in __main__ or a notebook), or use executor='inprocess'"
+                    ) from error
+                workers = self.max_parallel(session)
+                pool = ThreadPoolExecutor(workers, thread_name_prefix=f"aitune-{self.name}")
+                shipment = Shipment(self.ship(session, payload), pool)
+                self._shipments[id(session)] = shipment
+                session.log.info(
+                    "graph shipped to workers",
+                    executor=self.describe(),
+                    workers=workers,
+                    module_mb=round(len(payload.module) / 2**20, 2),
+                    duration_s=round(time.perf_counter() - start, 3),
+                )
+            return shipment
+
+    def remember(self, session: GraphSession, result: CandidateResult, fetch: Fetch) -> None:
+        shipment = self._shipments.get(id(session))
+        if shipment is not None and fetch is not None:
+            shipment.fetches[id(result)] = fetch
+
+    def restore(self, session: GraphSession, result: CandidateResult, validate: bool) -> Backend:
+        from aitune_core.strategies.candidates import release
+
+        data = result.backend_data
+        blueprint = result.blueprint
+        if data is None or blueprint is None:
+            raise ExecutorError(f"{result.backend} did not pass, so there is nothing to restore")
+        start = time.perf_counter()
+        backend: Backend
+        if data.get("is_jit"):
+            # A JIT backend is code compiled in its worker's memory: compile it again here.
+            backend = blueprint.blueprint()
+            context = session.context(backend)
+            context.cache_dir.mkdir(parents=True, exist_ok=True)
+            backend.build(context)
+            how = "rebuilt from its config"
+        else:
+            shipment = self._shipments.get(id(session))
+            fetch = shipment.fetches.get(id(result)) if shipment is not None else None
+            artifacts = self.fetch_artifacts(session, result, fetch)
+            backend = type(blueprint).from_dict({**data, "artifacts": artifacts})
+            context = session.context(backend)
+            context.cache_dir.mkdir(parents=True, exist_ok=True)
+            backend.activate(context)
+            how = "loaded from its artifacts"
+        if validate:
+            tolerances = backend.default_tolerances().merged(session.tolerances)
+            validation = session.reference.validate(backend, tolerances)
+            if not validation.passed:
+                release(backend)
+                raise ExecutorError(f"restored here, it no longer matches eager: {validation.reason}")
+        session.log.info(
+            "winner restored",
+            backend=result.backend,
+            worker=result.worker,
+            how=how,
+            duration_s=round(time.perf_counter() - start, 3),
+        )
+        return backend
+
+    def end_graph(self, session: GraphSession) -> None:
+        with self._lock:
+            shipment = self._shipments.pop(id(session), None)
+        if shipment is None:
+            return
+        running = [future for future in shipment.futures if not future.cancel() and not future.done()]
+        if running:
+            session.log.info("stopping candidates still running", count=len(running))
+            self.cancel(shipment.handle)
+        self._discard(shipment)
+
+    def _discard(self, shipment: Shipment) -> None:
+        # Waits for the threads: each returns once its worker has been told to stop.
+        shipment.pool.shutdown(wait=True, cancel_futures=True)
+        self.unship(shipment.handle)
+
+    def close(self) -> None:
+        with self._lock:
+            shipments, self._shipments = list(self._shipments.values()), {}
+        for shipment in shipments:
+            self.cancel(shipment.handle)
+            self._discard(shipment)
+
+
+class _Pending(PendingCandidate):
+    """A candidate running in a worker; :meth:`result` turns its record into the summary row."""
+
+    def __init__(
+        self,
+        executor: RemoteExecutor,
+        session: GraphSession,
+        task: CandidateTask,
+        future: Future[tuple[CandidateRecord, Fetch]] | None,
+    ) -> None:
+        self._executor = executor
+        self._session = session
+        self._task = task
+        self._future = future
+        self._collected = future is None
+
+    def finished(self) -> _Pending:
+        self._raise_if_asked()
+        return self
+
+    def done(self) -> bool:
+        return self._future is None or self._future.done()
+
+    def result(self) -> CandidateResult:
+        result = self._task.result
+        if not self._collected:
+            assert self._future is not None
+            record, fetch = self._future.result()
+            record.apply(result)
+            self._executor.remember(self._session, result, fetch)
+            _log_record(self._task.log, record)
+            self._collected = True
+            self._raise_if_asked()
+        return result
+
+    def _raise_if_asked(self) -> None:
+        from aitune_core.strategies.candidates import CandidateFailedError, CandidateRejectedError
+
+        result = self._task.result
+        if self._task.raise_errors and result.status == "rejected":
+            raise CandidateRejectedError(result)
+        if self._task.raise_errors and result.status == "failed":
+            raise CandidateFailedError(result)
+
+
+def _log_record(log: Any, record: CandidateRecord) -> None:
+    """The events in-process tuning logs for a candidate, from a worker's record, with the worker."""
+    log = log.bind(worker=record.worker) if record.worker else log
+    if record.status == "passed" or record.stage not in ("build", "start"):
+        log.info("build finished", duration_s=round(record.build_s, 3), **record.build_info)
+    if record.max_abs_error is not None and (record.status == "passed" or record.stage == "profile"):
+        log.info(
+            "validated", duration_s=round(record.validate_s, 3), max_abs_error=float(f"{record.max_abs_error:.3g}")
+        )
+    if record.status == "passed" and record.measurement is not None:
+        log.info(
+            "profiled",
+            throughput=round(record.measurement.throughput, 2),
+            batch_size=record.measurement.batch_size,
+            latency_ms=round(record.measurement.median_ms, 4),
+            duration_s=round(record.profile_s, 3),
+        )
+    elif record.status == "rejected":
+        log.warning("validation failed", reason=record.reason)
+    elif record.status == "failed":
+        # The row keeps the whole tail; the event shows its last lines, enough to see where it died.
+        tail = {"log_tail": "\n".join(record.log_tail.splitlines()[-_EVENT_TAIL_LINES:])} if record.log_tail else {}
+        log.warning(f"{record.stage or 'start'} failed", reason=record.reason, **tail)
+
+
+def output_tail(path: Path, limit: int = 4000) -> str:
+    """The end of a worker's log file, for the reason a candidate failed."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - limit))
+            return handle.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""

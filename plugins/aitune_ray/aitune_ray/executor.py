@@ -1,0 +1,252 @@
+"""RayExecutor: every candidate a Ray task, scheduled where its device is free.
+
+What travels, and how often:
+
+* per graph, once: the module, its recorded samples and the graph spec, as one
+  :class:`~aitune_core.executors.payload.GraphPayload` put in Ray's object store
+  (``ray.put``); every task of the graph gets a reference, so a node fetches it once
+  however many candidates it runs;
+* per candidate: the backend's registered name and config (plain data), and back the
+  result record as JSON plus, for an ahead-of-time backend, its artifacts as bytes in
+  the object store, fetched only for the winner.
+
+Each task asks for what its device needs: one GPU (``num_gpus``) for CUDA graphs,
+``num_cpus`` CPUs otherwise, plus any custom ``resources``. A task first reports which
+worker took it; its time limit starts then, so time spent waiting for room in the
+cluster does not count. Ray does not retry a task (``max_retries=0``): a worker that
+dies, is killed at the time limit or loses its node makes that candidate a failed row
+naming the worker; the other candidates and the tuning go on.
+
+The driver connects to ``address``, else to ``RAY_ADDRESS``, else starts a Ray on this
+machine (and stops it when the tuning run ends). A Ray the caller started with
+``ray.init`` is used as it is and left running.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from aitune_core.executors.base import ExecutorError
+from aitune_core.executors.payload import CandidateRecord, GraphPayload, unpack_artifacts
+from aitune_core.executors.remote import Fetch, RemoteExecutor
+from aitune_core.log import get_logger
+
+if TYPE_CHECKING:
+    import torch
+
+    from aitune_core.strategies.candidates import CandidateResult, GraphSession
+
+UNSTARTED = "ray (not started)"
+"""The worker column of a candidate that no worker took (the cluster never had room for it)."""
+
+
+@attrs.define(eq=False)
+class _Graph:
+    """A graph in the object store, the task options of its candidates, and the tasks running."""
+
+    payload: Any
+    options: dict[str, Any]
+    running: set[Any] = attrs.field(factory=set)
+    lock: threading.Lock = attrs.field(factory=threading.Lock)
+
+
+class RayExecutor(RemoteExecutor):
+    """Runs each candidate as a Ray task, on a cluster or on a Ray started here.
+
+    workers: candidates running at once; None: as many as the cluster has room for at
+        the time of the graph (GPUs for CUDA graphs, ``CPU / num_cpus`` otherwise). Set it
+        on an autoscaling cluster, whose room grows only once tasks wait.
+    timeout_s: the most one candidate may take once a worker has taken it; it may also
+        wait at most this long for a worker (a task asking for a GPU the cluster lacks
+        would otherwise wait forever).
+    address: the cluster to connect to; None: ``RAY_ADDRESS``, else a local Ray.
+    num_cpus: CPUs each candidate asks for (its torch threads, too).
+    num_gpus: GPUs each candidate of a CUDA graph asks for.
+    resources: custom Ray resources every candidate asks for, e.g. ``{"a100": 1}``.
+    runtime_env: the Ray runtime environment (``pip``, ``py_modules``, ``env_vars``...)
+        for a Ray this executor connects to or starts; a local Ray gets this process's
+        ``sys.path`` by default, so its workers import what the driver imports.
+    fresh_workers: run every candidate in a new worker process (Ray's ``max_calls=1``),
+        so no compiler state carries over from one candidate to the next; costs a
+        worker start-up per candidate. GPU tasks get fresh workers in any case.
+    local_cpus: CPUs of a Ray started here; None lets Ray count them.
+    """
+
+    name = "ray"
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        timeout_s: float | None = 1800.0,
+        address: str | None = None,
+        num_cpus: float = 1.0,
+        num_gpus: float = 1.0,
+        resources: dict[str, float] | None = None,
+        runtime_env: dict[str, Any] | None = None,
+        fresh_workers: bool = False,
+        local_cpus: int | None = None,
+    ) -> None:
+        super().__init__(workers, timeout_s)
+        if num_cpus <= 0 or num_gpus <= 0:
+            raise ValueError(f"num_cpus and num_gpus must be positive, got {num_cpus} and {num_gpus}")
+        self.address = address
+        self.num_cpus = num_cpus
+        self.num_gpus = num_gpus
+        self.resources = dict(resources or {})
+        self.runtime_env = runtime_env
+        self.fresh_workers = fresh_workers
+        self.local_cpus = local_cpus
+        self._started_ray = False
+        self._task: Any = None
+        self._connect_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ connection
+    def _ray(self) -> Any:
+        """The ``ray`` module, connected: to the caller's Ray, ``address``, ``RAY_ADDRESS`` or a new local one."""
+        try:
+            import ray
+        except ImportError as error:  # a dependency of aitune-ray, so only a broken environment gets here
+            raise ExecutorError(f"the ray executor needs Ray: {error}; pip install aitune-ray") from error
+        with self._connect_lock:
+            if ray.is_initialized():
+                return ray
+            address = self.address or os.environ.get("RAY_ADDRESS")
+            log = get_logger()
+            if address:
+                ray.init(address=address, runtime_env=self.runtime_env)
+            else:
+                paths = os.pathsep.join(dict.fromkeys(entry or os.getcwd() for entry in sys.path))
+                runtime_env = self.runtime_env or {"env_vars": {"PYTHONPATH": paths}}
+                ray.init(
+                    num_cpus=self.local_cpus,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    runtime_env=runtime_env,
+                    **local_temp_dir(),
+                )
+                self._started_ray = True
+            resources = ray.cluster_resources()
+            log.info(
+                "ray connected",
+                address=address or "local",
+                nodes=len(ray.nodes()),
+                cpus=resources.get("CPU", 0),
+                gpus=resources.get("GPU", 0),
+            )
+            return ray
+
+    def max_parallel(self, session: GraphSession) -> int:
+        if self.workers is not None:
+            return self.workers
+        resources = self._ray().cluster_resources()
+        if session.device.type == "cuda":
+            return max(1, int(resources.get("GPU", 0) // self.num_gpus))
+        return max(1, int(resources.get("CPU", 1) // self.num_cpus))
+
+    def describe(self) -> str:
+        where = self.address or os.environ.get("RAY_ADDRESS") or "local"
+        return super().describe().replace("ray (", f"ray ({where}, ", 1)
+
+    def _remote_task(self) -> Any:
+        if self._task is None:
+            from aitune_ray.worker import run_candidate_task
+
+            self._task = self._ray().remote(max_retries=0)(run_candidate_task)
+        return self._task
+
+    def task_options(self, device: torch.device) -> dict[str, Any]:
+        """Ray options of one candidate's task on ``device``."""
+        options: dict[str, Any] = {"num_cpus": self.num_cpus}
+        if device.type == "cuda":
+            options["num_gpus"] = self.num_gpus
+        if self.resources:
+            options["resources"] = dict(self.resources)
+        if self.fresh_workers:
+            options["max_calls"] = 1
+        return options
+
+    # ------------------------------------------------------------------ RemoteExecutor
+    def ship(self, session: GraphSession, payload: GraphPayload) -> _Graph:
+        return _Graph(self._ray().put(payload), self.task_options(session.device))
+
+    def cache_dir_for(self, session: GraphSession) -> str | None:
+        return None  # workers build in folders of their own: the driver's disk may be elsewhere
+
+    def candidate_options(self) -> dict[str, Any]:
+        return {"threads": max(1, int(self.num_cpus))}
+
+    def run(self, handle: Any, candidate: dict[str, Any]) -> tuple[CandidateRecord, Fetch]:
+        graph: _Graph = handle
+        ray = self._ray()
+        stream = self._remote_task().options(**graph.options).remote(graph.payload, candidate)
+        with graph.lock:
+            graph.running.add(stream)
+        worker = UNSTARTED
+        try:
+            if not ray.wait([stream], timeout=self.timeout_s)[0]:
+                ray.cancel(stream, force=True)
+                reason = f"no worker took it within {self.timeout_s:g} s (it asks for {graph.options})"
+                return CandidateRecord.failed("start", reason, worker), None
+            worker = ray.get(next(stream))
+            if not ray.wait([stream], timeout=self.timeout_s)[0]:
+                ray.cancel(stream, force=True)
+                return CandidateRecord.failed("run", f"timed out after {self.timeout_s:g} s", worker), None
+            record = CandidateRecord.from_json(ray.get(next(stream)))
+            passed_aot = record.status == "passed" and record.backend is not None and not record.backend.get("is_jit")
+            return record, next(stream) if passed_aot else None  # the artifacts stay in the object store
+        except ray.exceptions.TaskCancelledError:
+            return CandidateRecord.failed("run", "stopped: the strategy finished without it", worker), None
+        except (ray.exceptions.RayError, StopIteration) as error:
+            return CandidateRecord.failed("run", f"worker died: {_first_line(error)}", worker, str(error)), None
+        finally:
+            with graph.lock:
+                graph.running.discard(stream)
+
+    def fetch_artifacts(self, session: GraphSession, result: CandidateResult, fetch: Fetch) -> dict[str, str]:
+        if fetch is None:
+            return {}
+        packed = self._ray().get(fetch, timeout=self.timeout_s)
+        return unpack_artifacts(packed, session.cache_dir)
+
+    def cancel(self, handle: Any) -> None:
+        graph: _Graph = handle
+        ray = self._ray()
+        with graph.lock:
+            for ref in graph.running:
+                ray.cancel(ref, force=True)
+
+    def unship(self, handle: Any) -> None:
+        graph: _Graph = handle
+        graph.payload = None  # the last reference: Ray frees the object
+
+    def close(self) -> None:
+        super().close()
+        if self._started_ray:
+            import ray
+
+            ray.shutdown()
+            self._started_ray = False
+
+
+def local_temp_dir() -> dict[str, Any]:
+    """``ray.init`` options for a Ray started here: a temp folder outside the virtualenv when needed.
+
+    Ray's workers refuse to start with a temp folder inside the virtualenv, which is where
+    nox (and some CI setups) point ``TMPDIR``.
+    """
+    temp = Path(tempfile.gettempdir()).resolve()
+    if not temp.is_relative_to(Path(sys.prefix).resolve()):
+        return {}
+    return {"_temp_dir": str(Path("/tmp") / f"ray-aitune-{os.getuid()}")}
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")

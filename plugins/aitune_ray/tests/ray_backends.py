@@ -1,0 +1,133 @@
+"""A demo model made slow on purpose and test backends, importable by Ray workers.
+
+Ray workers find this module through the ``PYTHONPATH`` the test's Ray is started with.
+``SkipDelayBackend`` is clearly faster than eager (it drops a 5 ms sleep), so that the
+winner does not depend on noisy timings.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+from torch import nn
+
+from aitune_core.backends.base import Backend, BackendConfig, BuildContext
+from aitune_core.backends.state import BackendState
+from aitune_core.demo.models import DemoMLP
+from aitune_core.profiling.measurement import ProfileConfig
+
+FAST_PROFILE = ProfileConfig(
+    warmup_iterations=3, window=4, min_time_s=0.01, max_time_s=0.05, max_batch_search=False, sweep=False
+)
+
+
+class SlowDemoMLP(DemoMLP):
+    """The demo MLP with a sleep in its forward, as a stand-in for a slow eager model."""
+
+    def __init__(self, delay_s: float = 0.005) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return super().forward(x)
+
+
+@attrs.frozen
+class EmptyConfig(BackendConfig):
+    pass
+
+
+class SkipDelayBackend(Backend):
+    """Runs a copy of the module without its sleep: correct, and clearly faster than eager."""
+
+    name = "test_ray_skip_delay"
+    config_class = EmptyConfig
+
+    def _prepare(self, module: nn.Module) -> nn.Module:
+        fast = copy.deepcopy(module)
+        fast.delay_s = 0.0
+        return fast
+
+    @property
+    def is_jit(self) -> bool:
+        return True
+
+    def _build(self, context: BuildContext) -> None:
+        self.built: nn.Module | None = self._prepare(context.module)
+
+    def _activate(self) -> None:
+        assert self.context is not None
+        self.built = self._prepare(self.context.module)
+
+    def _deactivate(self) -> None:
+        self.built = None
+
+    def _infer(self, *args: Any, **kwargs: Any) -> Any:
+        assert self.built is not None
+        return self.built(*args, **kwargs)
+
+
+class AbortBackend(SkipDelayBackend):
+    """Its build kills the worker process."""
+
+    name = "test_ray_abort"
+
+    def _build(self, context: BuildContext) -> None:
+        os.abort()
+
+
+@attrs.frozen
+class HangConfig(BackendConfig):
+    sleep_s: float = 600.0
+
+
+class HangBackend(SkipDelayBackend):
+    """Its build never finishes in time."""
+
+    name = "test_ray_hang"
+    config_class = HangConfig
+
+    def _build(self, context: BuildContext) -> None:
+        time.sleep(self.config.sleep_s)  # type: ignore[attr-defined]
+
+
+class ArtifactBackend(SkipDelayBackend):
+    """Ahead-of-time: writes its weights as an artifact and, restored, serves from that file."""
+
+    name = "test_ray_artifact"
+
+    def __init__(self, config: BackendConfig | None = None, **overrides: Any) -> None:
+        super().__init__(config, **overrides)
+        self.weights: Path | None = None
+        self.loaded_from: Path | None = None
+
+    @property
+    def is_jit(self) -> bool:
+        return False
+
+    def _build(self, context: BuildContext) -> None:
+        self.weights = context.cache_dir / "weights.pt"
+        torch.save(context.module.state_dict(), self.weights)
+        super()._build(context)
+
+    def _artifacts(self) -> dict[str, Path]:
+        return {"weights": self.weights} if self.weights is not None else {}
+
+    def _restore(self, artifacts: dict[str, Path], extra: dict[str, Any]) -> None:
+        self.weights = artifacts["weights"]
+
+    def _activate(self) -> None:
+        assert self.context is not None and self.weights is not None
+        module = self._prepare(self.context.module)
+        if self._state is BackendState.CHECKPOINT_LOADED:
+            module.load_state_dict(torch.load(self.weights, weights_only=True))
+            self.loaded_from = self.weights
+        self.built = module
