@@ -183,25 +183,45 @@ class TorchInductorAotBackend(Backend):
 
 
 def load_package(path: Path, device_index: int) -> Any:
-    """Load a ``.pt2`` package, skipping torch's device-information check.
+    """Load a ``.pt2`` package without torch's device-information check.
 
     ``aoti_load_package`` first works out this machine's CPU instruction set, only to
     warn when it differs from the package's; doing so compiles half a dozen probe
     programs into the Inductor cache (about 9 s on two cores, on every machine or
-    container whose cache is new), which made loading a checkpoint cost as much as
-    tuning. The package loader underneath is used directly (which also spares importing
-    Inductor and Dynamo, over a second), and the public function when this torch does
-    not have that loader.
+    container whose cache is new), and its module imports Dynamo (over a second). The
+    package loader underneath is used directly, run by :class:`PackageRunner`; the
+    public function remains the fallback for a torch without that loader.
     """
     try:
-        from torch.export.pt2_archive._package import AOTICompiledModel
-
-        loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, device_index)
-    except (ImportError, AttributeError, TypeError):
+        return PackageRunner(torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, device_index))
+    except (AttributeError, TypeError, ValueError):
         from torch._inductor import aoti_load_package
 
         return aoti_load_package(str(path), device_index=device_index)
-    return AOTICompiledModel(loader)
+
+
+class PackageRunner:
+    """Runs a loaded package: tensors flattened in the order exported, outputs rebuilt.
+
+    The call's input and output tree specs are parsed once, at load, rather than on
+    every call.
+    """
+
+    def __init__(self, loader: Any) -> None:
+        import torch.utils._pytree as pytree
+
+        in_spec, out_spec = loader.get_call_spec()
+        self._loader = loader
+        self._in_spec = pytree.treespec_loads(in_spec)
+        self._out_spec = pytree.treespec_loads(out_spec)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import torch.utils._pytree as pytree
+        from torch.export._tree_utils import reorder_kwargs
+
+        leaves = pytree.tree_leaves((args, reorder_kwargs(kwargs, self._in_spec)))
+        flat = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        return pytree.tree_unflatten(self._loader.boxed_run(flat), self._out_spec)
 
 
 def contiguous(value: Any) -> Any:
