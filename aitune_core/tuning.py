@@ -225,7 +225,7 @@ def _tune_module(
                 f"module `{module.name}`, graph {graph.name}: no candidate qualified ({selected.reason}); "
                 "set aitune_core.config.on_all_candidates_failed = 'eager' to keep such graphs eager"
             )
-        routes[graph.key] = Route(graph, backend)
+        routes[graph.key] = Route(graph, backend, selected.eager_up_to if selected is not None else None)
     return routes
 
 

@@ -159,7 +159,7 @@ def _restore_module(
                 "recompiling JIT backend from stored samples", backend=graph.backend.description
             )
         backend.deploy(context)
-        routes[spec.key] = Route(spec, backend)
+        routes[spec.key] = Route(spec, backend, graph.eager_up_to)
     wrapper.set_routes(routes)
     return wrapper
 

@@ -64,6 +64,8 @@ class GraphEntry:
     samples: ArtifactRef | None = None
     sample_trees: list[dict[str, Any]] = attrs.field(factory=list)
     samples_note: str = ""
+    eager_up_to: int | None = None
+    """Calls with a batch up to this size run eagerly (measured faster there)."""
 
 
 @attrs.define

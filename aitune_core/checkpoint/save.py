@@ -95,9 +95,9 @@ def _write_contents(modules: list[tuple[str, Module]], root: Path) -> Manifest:
             route = module.routes.get(record.spec.key)
             if route is None:
                 continue
-            graphs.append(
-                _graph_entry(root, f"{folder}/graphs/{record.spec.name}", record, route.backend, distributions)
-            )
+            entry = _graph_entry(root, f"{folder}/graphs/{record.spec.name}", record, route.backend, distributions)
+            entry.eager_up_to = route.eager_up_to
+            graphs.append(entry)
         entries.append(ModuleEntry(module.name, model_path, weights, graphs))
     return Manifest(
         format_version=FORMAT_VERSION,

@@ -35,9 +35,9 @@ class _TensorCheck:
 class Route:
     """A graph's backend and the checks a call must pass to use it."""
 
-    __slots__ = ("backend", "call", "check_batch", "checks", "graph")
+    __slots__ = ("backend", "batch_axis", "call", "check_batch", "checks", "eager_up_to", "graph")
 
-    def __init__(self, graph: GraphSpec, backend: Any) -> None:
+    def __init__(self, graph: GraphSpec, backend: Any, eager_up_to: int | None = None) -> None:
         self.graph = graph
         self.backend = backend
         self.call = backend
@@ -46,6 +46,12 @@ class Route:
             _TensorCheck(locator, spec.min_shape, spec.max_shape, spec.get_batch_axis_multipliers())
             for locator, spec in graph.input_spec.tensor_data
         ]
+        # Where to read a call's batch size: the first batch axis, divided by its multiplier.
+        self.batch_axis = next(
+            ((check, axis, multiplier) for check in self.checks for axis, multiplier in check.batch_multipliers),
+            None,
+        )
+        self.eager_up_to = eager_up_to if self.batch_axis is not None else None
         multipliers = [m for check in self.checks for _, m in check.batch_multipliers]
         # One batch axis with multiplier 1 needs no extra check: its range check is enough.
         self.check_batch = len(multipliers) > 1 or any(m != 1 for m in multipliers)
@@ -58,6 +64,14 @@ class Route:
         """
         callable_ = getattr(self.backend, "inference_callable", None)
         self.call = callable_() if callable_ is not None else self.backend
+
+    def runs_eagerly(self, arguments: dict[str, Any]) -> bool:
+        """Whether this call's batch is small enough that eager was measured faster."""
+        if self.eager_up_to is None or self.batch_axis is None:
+            return False
+        check, axis, multiplier = self.batch_axis
+        tensor = arguments[check.root] if check.root is not None else check.locator.get(arguments)
+        return bool(tensor.shape[axis] // multiplier <= self.eager_up_to)
 
     def mismatch(self, arguments: dict[str, Any]) -> str | None:
         """None when the call fits the tuned shapes, else why it does not."""

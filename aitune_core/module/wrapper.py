@@ -208,6 +208,8 @@ class Module(nn.Module):
             if route is not None:
                 reason = route.mismatch(arguments)
                 if reason is None:
+                    if route.eager_up_to is not None and route.runs_eagerly(arguments):
+                        return self._inner(*args, **kwargs)
                     return route.call(*args, **kwargs)
                 return self._fall_back(args, kwargs, ("shape", route.graph.name), reason)
             return self._fall_back(args, kwargs, key, "this call's graph was not seen while tuning")
@@ -249,9 +251,12 @@ class Module(nn.Module):
         """Free the wrapped module's parameters and buffers (they become meta tensors).
 
         For deployed modules whose backends carry their own weights. Calls the backends
-        were not built for can then no longer run eagerly; they raise, naming ``reason``.
+        were not built for can then no longer run eagerly; they raise, naming ``reason``,
+        and small batches that eager served go to the backends.
         """
         self._inner.to("meta")
+        for route in self._routes.values():
+            route.eager_up_to = None
         self.__dict__["_weights_released"] = reason
 
     def start_recording(self) -> ModuleState:

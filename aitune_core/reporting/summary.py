@@ -82,7 +82,7 @@ class TuneReport:
                     f"{measurement.median_ms:.3f} / {measurement.p90_ms:.3f}" if measurement else "-",
                     measurement.batch_size if measurement else "-",
                     f"{candidate.speedup:.2f}x" if candidate.speedup else "-",
-                    _short(candidate.reason),
+                    _short(_reason(candidate)),
                 ]
                 if workers:
                     row.insert(4, candidate.worker or "here")
@@ -106,6 +106,12 @@ class TuneReport:
 
     def __str__(self) -> str:
         return self.summary()
+
+
+def _reason(candidate: CandidateResult) -> str:
+    if candidate.status == "selected" and candidate.eager_up_to is not None:
+        return f"eager serves batch <= {candidate.eager_up_to}, where it measured faster"
+    return candidate.reason
 
 
 def _sweep_table(report: GraphReport) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -315,6 +315,29 @@ class TuneStrategy(abc.ABC):
         self.session.log.info("falling back to eager", reason=reason)
         return backend
 
+    def _eager_up_to(self, result: CandidateResult) -> int | None:
+        """Batch sizes where the winner is slower than eager, so that eager serves them.
+
+        A backend chosen at the largest batch size can be slower than eager at small ones
+        (int8 dynamic quantization at batch 1, say). Only with performance validation on,
+        only over batch sizes actually profiled, and eager must win by the same gate a
+        backend must pass to replace it.
+        """
+        session = self.session
+        assert session is not None
+        if (
+            not self.performance_validation
+            or _is_plain_eager(result.instance)
+            or session.batch_range() is None
+            or len(result.sweep) < 2
+        ):
+            return None
+
+        def eager_at(batch_size: int) -> Measurement | None:
+            return result.eager_at(batch_size) or session.eager_timing(batch_size)
+
+        return _eager_faster_up_to(result.sweep, eager_at, self.performance_gate)
+
     def select(self, result: CandidateResult) -> Backend:
         """Make ``result`` the graph's backend; a winner built elsewhere is restored here first.
 
@@ -331,6 +354,11 @@ class TuneStrategy(abc.ABC):
                 self.session.log.warning("restore failed", backend=result.backend, reason=result.reason)
                 return self.eager_fallback(f"{result.backend} won but could not be restored here")
         result.status = "selected"
+        result.eager_up_to = self._eager_up_to(result)
+        if result.eager_up_to is not None:
+            self.session.log.info(
+                "eager is faster for small batches", backend=result.backend, batch_up_to=result.eager_up_to
+            )
         self.session.log.info(
             "selected",
             backend=result.backend,
@@ -338,6 +366,19 @@ class TuneStrategy(abc.ABC):
             speedup=round(result.speedup, 3) if result.speedup else None,
         )
         return result.instance
+
+
+def _eager_faster_up_to(
+    sweep: list[Measurement], eager_at: Callable[[int], Measurement | None], gate: float
+) -> int | None:
+    """The largest profiled batch size up to which eager beat the backend at every size, by ``gate``."""
+    limit = None
+    for measurement in sorted(sweep, key=lambda m: m.batch_size):
+        eager = eager_at(measurement.batch_size)
+        if eager is None or eager.throughput < measurement.throughput * gate:
+            break
+        limit = measurement.batch_size
+    return limit
 
 
 def _is_plain_eager(backend: Backend | None) -> bool:

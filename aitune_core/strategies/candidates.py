@@ -56,6 +56,9 @@ class CandidateResult:
     blueprint: Backend | None = attrs.field(default=None, repr=False)
     backend_data: dict[str, Any] | None = attrs.field(default=None, repr=False)
     """``to_dict()`` of the candidate as built out of process: what restores the winner here."""
+    eager_up_to: int | None = None
+    """For the selected backend: calls with a batch up to this size run eagerly, where eager
+    measured faster than the backend at every profiled batch size up to it."""
 
     def eager_at(self, batch_size: int | None) -> Measurement | None:
         """Eager's timing from the candidate's own worker at ``batch_size``, if it took one."""

@@ -16,8 +16,10 @@ from tuning_helpers import (
     FAST_PROFILE,
     BrokenBuildBackend,
     BuildError,
+    FixedCostBackend,
     NaNBackend,
     NoDelayBackend,
+    PerSampleCostMLP,
     SlowableMLP,
     SlowBackend,
     WrongBackend,
@@ -391,3 +393,42 @@ def test_json_log_format_prints_one_object_per_line(tmp_path: Path):
     assert "tune started" in names and "selected" in names and "Tuning summary" in names
     selected = next(event for event in events if event["event"] == "selected")
     assert selected["module"] == "json-demo" and selected["graph"] == "0" and selected["backend"]
+
+
+def test_eager_serves_the_small_batches_where_it_measured_faster(unique_name, tmp_path: Path):
+    """The winner at the largest batch (a fixed 3 ms per call) loses to eager (0.5 ms per
+    sample) below batch 6: those calls run eagerly, larger ones go to the backend."""
+    model = PerSampleCostMLP(per_sample_s=0.0005).eval()
+    module = ait.Module(model, unique_name())
+    strategy = MaxThroughputStrategy([FixedCostBackend(delay_s=0.003)], profile=FAST_PROFILE)
+    report = tune(module, samples(), batch_sizes=[1, 2, 4, 8, 16], strategy=strategy)
+    (route,) = module.routes.values()
+    assert isinstance(route.backend, FixedCostBackend)
+    assert route.eager_up_to == 4
+    assert "eager serves batch <= 4" in report.summary()
+    calls = 0
+    real_call = route.call
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        return real_call(*args, **kwargs)
+
+    route.call = counting
+    model.per_sample_s = 0.0  # outputs only from here on
+    for batch, expected_calls in ((1, 0), (4, 0), (5, 1), (16, 2)):
+        x = torch.randn(batch, 16)
+        torch.testing.assert_close(module(x), model(x))
+        assert calls == expected_calls, batch
+    path = ait.save(module, tmp_path / "ckpt")
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["modules"][0]["graphs"][0]["eager_up_to"] == 4
+
+
+def test_no_eager_routing_without_performance_validation(unique_name):
+    module = ait.Module(PerSampleCostMLP(per_sample_s=0.0005).eval(), unique_name())
+    strategy = MaxThroughputStrategy([FixedCostBackend(delay_s=0.003)], profile=FAST_PROFILE)
+    strategy.enable_performance_validation(False)
+    tune(module, samples(), batch_sizes=[1, 2, 4, 8, 16], strategy=strategy)
+    (route,) = module.routes.values()
+    assert route.eager_up_to is None

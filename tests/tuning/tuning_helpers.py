@@ -136,3 +136,37 @@ class NaNBackend(_ModuleBackend):
         out = super()._infer(*args, **kwargs).clone()
         out[0, 0] = float("nan")
         return out
+
+
+class PerSampleCostMLP(SlowableMLP):
+    """Eager costs ``per_sample_s`` for every sample of a batch: fast at batch 1, slow at 64."""
+
+    def __init__(self, per_sample_s: float) -> None:
+        super().__init__()
+        self.per_sample_s = per_sample_s
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.per_sample_s:
+            time.sleep(self.per_sample_s * x.shape[0])
+        return super().forward(x)
+
+
+@attrs.frozen
+class FixedCostConfig(BackendConfig):
+    delay_s: float = 0.003
+
+
+class FixedCostBackend(_ModuleBackend):
+    """A fixed cost per call whatever the batch: slower than eager at small batches, faster at large."""
+
+    name = "test_fixed_cost"
+    config_class = FixedCostConfig
+
+    def _prepare(self, module: nn.Module) -> nn.Module:
+        fast = copy.deepcopy(module)
+        fast.per_sample_s = 0.0
+        return fast
+
+    def _infer(self, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(self.config.delay_s)  # type: ignore[attr-defined]
+        return super()._infer(*args, **kwargs)
