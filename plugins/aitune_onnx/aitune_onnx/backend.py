@@ -25,10 +25,9 @@ import torch
 
 from aitune_core.backends.base import Availability, Backend, BuildContext
 from aitune_core.graphs.forward_signature import ForwardSignature
-from aitune_core.validation.inputs import to_device
 from aitune_onnx.config import ONNXRuntimeBackendConfig
 from aitune_onnx.export import ExportedModel, data_file_name, export_graph
-from aitune_onnx.layout import IOLayout, LayoutNotSerializable
+from aitune_onnx.layout import IOLayout, LayoutNotSerializable, layout_from_context
 from aitune_onnx.session import PROVIDER_DEVICES, OrtRunner, default_provider, provider_availability
 
 MODEL_ARTIFACT = "model"
@@ -162,20 +161,7 @@ class ONNXRuntimeBackend(Backend):
         )
 
     def _layout_from_context(self) -> IOLayout:
-        """Rebuild the layout from one eager call, for checkpoints whose outputs JSON cannot describe."""
-        context = self.context
-        if context is None or not context.samples:
-            raise RuntimeError(
-                f"{self.describe()}: this checkpoint's output structure is not stored as JSON; activate it with a "
-                "BuildContext that holds the module and a recorded sample"
-            )
-        arguments = to_device(
-            context.graph_spec.input_spec.make_shape(context.samples[0].arguments, "opt"), context.device
-        )
-        args, kwargs = context.signature.bind(arguments)
-        with torch.no_grad():
-            outputs = context.module(*args, **kwargs)
-        return IOLayout.of_call(arguments, outputs, context.signature)
+        return layout_from_context(self.describe(), self.context)
 
     def _model_file(self) -> Path:
         """The model path to open, with its external data beside it under the name it expects.

@@ -29,8 +29,10 @@ from typing import Any
 import attrs
 import torch
 
+from aitune_core.backends.base import BuildContext
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.metadata.locator import Locator, map_leaves, walk_inputs, walk_outputs
+from aitune_core.validation.inputs import to_device
 from aitune_onnx.names import io_names
 
 _SCALARS = (type(None), bool, int, float, str)
@@ -203,6 +205,23 @@ class IOLayout:
             _decode_template(data["template"]),
             None if parameters is None else [(str(n), int(k), bool(d)) for n, k, d in parameters],
         )
+
+
+def layout_from_context(backend: str, context: BuildContext | None) -> IOLayout:
+    """Rebuild a layout from one eager call, for checkpoints whose outputs JSON cannot describe.
+
+    ``backend`` names the backend asking, for the error when ``context`` cannot help.
+    """
+    if context is None or not context.samples:
+        raise RuntimeError(
+            f"{backend}: this checkpoint's output structure is not stored as JSON; activate it with a "
+            "BuildContext that holds the module and a recorded sample"
+        )
+    arguments = to_device(context.graph_spec.input_spec.make_shape(context.samples[0].arguments, "opt"), context.device)
+    args, kwargs = context.signature.bind(arguments)
+    with torch.no_grad():
+        outputs = context.module(*args, **kwargs)
+    return IOLayout.of_call(arguments, outputs, context.signature)
 
 
 def _same(value: Any, expected: Any) -> bool:

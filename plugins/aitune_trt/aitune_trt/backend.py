@@ -30,10 +30,9 @@ from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_core.metadata.locator import Locator
 from aitune_core.serialization import dtype_from_str
-from aitune_core.validation.inputs import to_device
 from aitune_core.validation.tolerances import Tolerances
 from aitune_onnx.export import ExportedModel, export_graph
-from aitune_onnx.layout import IOLayout, LayoutNotSerializable
+from aitune_onnx.layout import IOLayout, LayoutNotSerializable, layout_from_context
 from aitune_trt.availability import tensorrt_availability
 from aitune_trt.config import TensorRTBackendConfig
 from aitune_trt.options import BuildOptions, BuildResult
@@ -217,20 +216,7 @@ class TensorRTBackend(Backend):
         self._session = session
 
     def _layout_from_context(self) -> IOLayout:
-        """Rebuild the layout from one eager call, for checkpoints whose outputs JSON cannot describe."""
-        context = self.context
-        if context is None or not context.samples:
-            raise RuntimeError(
-                f"{self.describe()}: this checkpoint's output structure is not stored as JSON; activate it with a "
-                "BuildContext that holds the module and a recorded sample"
-            )
-        arguments = to_device(
-            context.graph_spec.input_spec.make_shape(context.samples[0].arguments, "opt"), context.device
-        )
-        args, kwargs = context.signature.bind(arguments)
-        with torch.no_grad():
-            outputs = context.module(*args, **kwargs)
-        return IOLayout.of_call(arguments, outputs, context.signature)
+        return layout_from_context(self.describe(), self.context)
 
     # ------------------------------------------------------------------ persistence
     def _artifacts(self) -> dict[str, Path]:
