@@ -13,12 +13,34 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from tabulate import tabulate
 
-from bench.timing import Options, Result, Stats
+from bench.timing import Options, Result, Stats, alternate, calibrate, per_call
 
 AITUNE_TARGET = 0.95
 MeasureAll = Callable[..., dict[str, Any]]
+
+
+def measure_variants(
+    variants: dict[str, Callable[[torch.Tensor], Any]], batch: torch.Tensor, rounds: int
+) -> dict[str, list[float]]:
+    """Seconds per call of each variant on ``batch``, alternating variants round by round."""
+
+    def timer(fn: Callable[[torch.Tensor], Any]) -> Callable[[], float]:
+        def call() -> Any:
+            return fn(batch)
+
+        with torch.no_grad():
+            number = calibrate(call, target_s=0.1)
+
+        def measure() -> float:
+            with torch.no_grad():
+                return per_call(call, number)
+
+        return measure
+
+    return alternate({name: timer(fn) for name, fn in variants.items()}, rounds=rounds)
 
 
 def table(results: dict[str, Any]) -> str:

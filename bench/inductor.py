@@ -32,7 +32,7 @@ import torch
 
 from bench import backend_report
 from bench.backend_report import AITUNE_TARGET
-from bench.timing import Options, Result, Stats, alternate, calibrate, median, per_call
+from bench.timing import Options, Result, Stats, median
 
 BATCH_SIZES = {"cnn": 32, "mlp": 64, "transformer": 16}
 RAW = ("torch.compile", "AOTI")
@@ -78,25 +78,6 @@ def _aitune(model: torch.nn.Module, name: str, samples: list[torch.Tensor], batc
     return wrapped, report
 
 
-def _measure(
-    variants: dict[str, Callable[[torch.Tensor], Any]], batch: torch.Tensor, rounds: int
-) -> dict[str, list[float]]:
-    def timer(fn: Callable[[torch.Tensor], Any]) -> Callable[[], float]:
-        def call() -> Any:
-            return fn(batch)
-
-        with torch.no_grad():
-            number = calibrate(call, target_s=0.1)
-
-        def measure() -> float:
-            with torch.no_grad():
-                return per_call(call, number)
-
-        return measure
-
-    return alternate({name: timer(fn) for name, fn in variants.items()}, rounds=rounds)
-
-
 def _bench_model(name: str, rounds: int, folder: Path) -> dict[str, Any]:
     from aitune_core.demo.models import build_demo
 
@@ -114,7 +95,7 @@ def _bench_model(name: str, rounds: int, folder: Path) -> dict[str, Any]:
         for variant, fn in variants.items():
             if not torch.allclose(fn(batch), expected, rtol=1e-3, atol=1e-3):
                 raise AssertionError(f"{name}: {variant} does not match eager")
-    times = _measure(variants, batch, rounds)
+    times = backend_report.measure_variants(variants, batch, rounds)
     medians = {variant: median(values) for variant, values in times.items()}
     best_raw = min(RAW, key=lambda variant: medians[variant])
     selected = report.graphs[0].selected
