@@ -146,9 +146,16 @@ def add_inspect_command(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "inspect",
         help="show what a checkpoint holds",
-        description="Print a checkpoint's modules, graphs with their shape tables, backends, plugins and sizes.",
+        description=(
+            "Print a checkpoint's modules, graphs with their shape tables, backends, plugins and sizes, and what "
+            "loading it would run (native code, recompiles). Every file's sha256 is checked first; a malformed or "
+            "altered checkpoint is reported in one line with exit status 1."
+        ),
     )
     parser.add_argument("checkpoint", help="a checkpoint folder or archive written by aitune_core.save")
+    parser.add_argument(
+        "--no-verify", action="store_true", help="skip checking the files' sha256 (faster on huge ones)"
+    )
     parser.set_defaults(handler=run_inspect)
 
 
@@ -157,9 +164,12 @@ def run_inspect(args: argparse.Namespace) -> int:
     from aitune_core.checkpoint.manifest import CheckpointError
 
     try:
-        print(describe_checkpoint(args.checkpoint))
+        print(describe_checkpoint(args.checkpoint, verify_hashes=not args.no_verify))
     except CheckpointError as error:
-        print(f"aitune inspect: {error}", file=sys.stderr)
+        print(f"aitune inspect: {' '.join(str(error).split())}", file=sys.stderr)
+        return 1
+    except Exception as error:  # a malformed manifest is reported, never a traceback
+        print(f"aitune inspect: {args.checkpoint} is not a readable aitune checkpoint: {error}", file=sys.stderr)
         return 1
     return 0
 

@@ -35,8 +35,8 @@ def add_file(root: Path, relative: str, source: Path | None = None) -> ArtifactR
 def resolve(root: Path, ref: ArtifactRef) -> Path:
     """The file a reference names, refusing any path that leaves the checkpoint."""
     relative = PurePosixPath(ref.path)
-    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
-        raise CheckpointError(f"refusing artifact path {ref.path!r}: it points outside the checkpoint")
+    if relative.is_absolute() or ".." in relative.parts or not relative.parts or "\x00" in ref.path:
+        raise CheckpointError(f"refusing artifact path {ref.path!r:.200}: it points outside the checkpoint")
     path = root.joinpath(*relative.parts)
     try:
         path.resolve().relative_to(root.resolve())
@@ -47,10 +47,13 @@ def resolve(root: Path, ref: ArtifactRef) -> Path:
 
 def verify(root: Path, ref: ArtifactRef) -> Path:
     """Resolve ``ref`` and check that the file exists and its sha256 matches the manifest."""
-    path = resolve(root, ref)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint file {ref.path} is missing from {root}")
-    actual = sha256_of(path)
+    try:
+        path = resolve(root, ref)
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint file {ref.path[:200]} is missing from {root}")
+        actual = sha256_of(path)
+    except OSError as error:
+        raise CheckpointError(f"cannot read checkpoint file {ref.path!r:.200}: {error.strerror}") from None
     if actual != ref.sha256:
         raise CheckpointError(
             f"checkpoint file {ref.path} was modified: its sha256 is {actual}, the manifest says {ref.sha256}; "

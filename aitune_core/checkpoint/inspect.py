@@ -1,10 +1,18 @@
-"""``aitune inspect CHECKPOINT``: a checkpoint's manifest as people read it."""
+"""``aitune inspect CHECKPOINT``: a checkpoint's manifest as people read it.
+
+Inspecting checks what loading would check about the files (every sha256, paths
+inside the checkpoint) and says what loading would run: native-code artifacts and
+the backends that compile again. It never imports a backend or loads a tensor.
+"""
 
 from __future__ import annotations
 
 import os
 
+from aitune_core.checkpoint.files import verify
 from aitune_core.checkpoint.load import read
+from aitune_core.checkpoint.manifest import Manifest
+from aitune_core.checkpoint.signing import is_signed
 from aitune_core.metadata.tables import render_table
 
 
@@ -17,14 +25,21 @@ def _size(size: int) -> str:
     return f"{size} B"
 
 
-def describe_checkpoint(path: str | os.PathLike[str]) -> str:
-    _, manifest = read(path)
+def describe_checkpoint(path: str | os.PathLike[str], verify_hashes: bool = True) -> str:
+    """The checkpoint as text; raises CheckpointError when it is malformed or (``verify_hashes``) altered."""
+    root, manifest = read(path)
+    if verify_hashes:
+        for ref in manifest.artifacts():
+            verify(root, ref)
     total = sum(ref.size for ref in manifest.artifacts())
+    checked = "every file's sha256 checked" if verify_hashes else "hashes not checked (--no-verify)"
     lines = [
         f"Checkpoint {path}",
         f"  format version {manifest.format_version}, written by aitune-core {manifest.aitune_core_version} "
-        f"on {manifest.created}, {_size(total)} in {len(manifest.artifacts())} files",
+        f"on {manifest.created}, {_size(total)} in {len(manifest.artifacts())} files; {checked}",
+        "  signed: " + ("yes (verify with load(..., verify_key=...))" if is_signed(root) else "no"),
         "  plugins: " + (", ".join(f"{p.distribution} {p.version}" for p in manifest.plugins) or "none"),
+        *_would_run(manifest),
     ]
     for module in manifest.modules:
         where = module.path or "(the model itself)"
@@ -50,3 +65,22 @@ def describe_checkpoint(path: str | os.PathLike[str]) -> str:
             lines.append(f"Graph {graph.spec.name}:")
             lines.append(graph.spec.graph_spec().describe())
     return "\n".join(lines)
+
+
+def _would_run(manifest: Manifest) -> list[str]:
+    """What loading executes besides reading data: native code it loads, and compilers it starts."""
+    native = [
+        f"    {module.name}/{graph.spec.name}: {graph.backend.name} {name} ({ref.path}, {_size(ref.size)})"
+        for module in manifest.modules
+        for graph in module.graphs
+        for name, ref in graph.backend.artifacts.items()
+        if ref.native
+    ]
+    jit = sorted(
+        {graph.backend.description for module in manifest.modules for graph in module.graphs if graph.backend.is_jit}
+    )
+    lines = ["  native code: " + ("none" if not native else "loading runs these (needs trust_native_code=True):")]
+    lines.extend(native)
+    if jit:
+        lines.append("  compiled again at load from the stored samples: " + ", ".join(jit))
+    return lines

@@ -1,37 +1,49 @@
 """``load(model, path)``: put tuned modules back into a freshly built model, ready to serve.
 
-Loading never runs code from the checkpoint: the manifest is JSON, tensors are read
-with ``weights_only=True``, every file's sha256 is checked before use, and backends
-are created from classes registered by installed plugins, found by name.
+A checkpoint is data. Loading never runs code from it: the manifest is JSON checked
+against a schema, backend configs are checked by their classes (unsafe options are
+refused), tensors are read with ``weights_only=True``, every file's sha256 is checked
+before use, every path stays inside the checkpoint, and backends come from classes
+that installed plugins register, from the distribution that wrote them. Artifacts
+that are native code (AOT packages) are refused unless the caller trusts them, and a
+signed checkpoint can be required. Loading writes only into a fresh private folder
+under the cache.
+
+Loading is all or nothing: everything is checked first (:mod:`.load_plan`), then
+applied; a failure while applying puts the model back as it was (:mod:`.rollback`).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
+import weakref
 from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
 
-import torch
 from torch import nn
 
-from aitune_core.backends.base import Backend, BuildContext
+from aitune_core.backends.base import BuildContext
 from aitune_core.checkpoint.archive import is_archive, unpack
-from aitune_core.checkpoint.files import load_tensors, sha256_of, verify
-from aitune_core.checkpoint.manifest import CheckpointError, GraphEntry, Manifest, ModuleEntry, read_manifest
-from aitune_core.checkpoint.samples import decode_samples
+from aitune_core.checkpoint.load_plan import DeviceMap, LoadPlan, ModulePlan, about, plan_load
+from aitune_core.checkpoint.manifest import CheckpointError, Manifest, manifest_bytes, parse_manifest
+from aitune_core.checkpoint.rollback import ModelSnapshot
+from aitune_core.checkpoint.signing import SigningKey
 from aitune_core.config import config
-from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.log import get_logger
 from aitune_core.module.router import Route
 from aitune_core.module.wrapper import Module
 
-DeviceMap = str | torch.device | dict[str, str | torch.device] | None
-
 
 def load(
-    model: nn.Module, path: str | os.PathLike[str], device_map: DeviceMap = None, release_weights: bool = False
+    model: nn.Module,
+    path: str | os.PathLike[str],
+    device_map: DeviceMap = None,
+    release_weights: bool = False,
+    *,
+    trust_native_code: bool = False,
+    verify_key: SigningKey | None = None,
 ) -> nn.Module:
     """Restore the checkpoint at ``path`` into ``model`` and deploy its backends.
 
@@ -43,27 +55,25 @@ def load(
         packages, ONNX files, engines, quantized tensors), do not keep the original
         weights in memory. Calls outside the tuned graphs then raise instead of running
         eagerly, since there are no weights to run them with.
+    trust_native_code: allow artifacts that are machine code loaded into this process
+        (AOT Inductor packages hold a shared library whose code runs when loaded). Off,
+        such checkpoints are refused with the list of what they would run.
+    verify_key: refuse the checkpoint unless it was signed with this key
+        (``save(..., sign_key=...)``) and nothing in it changed since.
     Returns ``model``, or the new wrapper when the model itself was the tuned module.
+    Raises CheckpointError naming the module, graph and backend concerned; the model
+    is then exactly as it was.
     """
     root = _open(Path(path))
-    manifest = read_manifest(root)
-    # Check everything before changing anything: a load that fails leaves the model as it was.
-    for ref in manifest.artifacts():
-        verify(root, ref)
-    classes = {graph.backend.name: _backend_class(graph) for entry in manifest.modules for graph in entry.graphs}
-    for entry in manifest.modules:
-        _check_target(model, entry)
-    result = model
-    for entry in manifest.modules:
-        wrapper = _restore_module(model, entry, root, _device_for(entry, model, device_map), classes)
-        if release_weights and entry.graphs and not any(graph.backend.is_jit for graph in entry.graphs):
-            wrapper.release_weights(
-                "the original weights were released at load (release_weights=True); load without it to keep "
-                "eager fallback for such calls"
-            )
-        if entry.path == "":
-            result = wrapper
-    get_logger().info("checkpoint loaded", path=str(path), modules=[m.name for m in manifest.modules])
+    unpacked = root if root != Path(path) else None
+    try:
+        plan = plan_load(model, root, manifest_bytes(root), device_map, trust_native_code, verify_key)
+        result = _apply(model, plan, release_weights, unpacked)
+    except BaseException:
+        if unpacked is not None:
+            shutil.rmtree(unpacked, ignore_errors=True)
+        raise
+    get_logger().info("checkpoint loaded", path=str(path), modules=[m.entry.name for m in plan.modules])
     return result
 
 
@@ -71,136 +81,108 @@ def _open(path: Path) -> Path:
     if path.is_dir():
         return path
     if is_archive(path):
-        folder = config.cache_dir / "checkpoints" / sha256_of(path)[:16]
-        if not (folder / "manifest.json").is_file():
-            staging = folder.with_name(folder.name + f".unpacking-{os.getpid()}")
-            unpack(path, staging)
-            if folder.exists():
-                shutil.rmtree(staging, ignore_errors=True)
-            else:
-                os.replace(staging, folder)
+        folder = _private_folder("checkpoint-")
+        try:
+            unpack(path, folder)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         return folder
     raise CheckpointError(f"no checkpoint at {path}: it is neither a checkpoint folder nor an archive")
 
 
-def _device_for(entry: ModuleEntry, model: nn.Module, device_map: DeviceMap) -> torch.device:
-    if isinstance(device_map, dict):
-        chosen = device_map.get(entry.name)
-        if chosen is not None:
-            return torch.device(chosen)
-    elif device_map is not None:
-        return torch.device(device_map)
-    target = model if entry.path == "" else _find(model, entry)
-    parameter = next(iter(target.parameters()), None)
-    return parameter.device if parameter is not None else torch.device("cpu")
+def _private_folder(prefix: str) -> Path:
+    """A new folder only this process writes to (mode 0700), under the cache."""
+    parent = config.cache_dir / "loaded"
+    parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
-def _find(model: nn.Module, entry: ModuleEntry) -> nn.Module:
+# --------------------------------------------------------------------------- applying
+class _LoadedFiles:
+    """Held by every wrapper a load creates: the private folders go when the last wrapper does.
+
+    Backends keep paths into them (a re-``save`` of a loaded model copies its artifacts
+    from there), so they live as long as something loaded may use them.
+    """
+
+    def __init__(self, folders: list[Path]) -> None:
+        weakref.finalize(self, _remove, folders)
+
+
+def _remove(folders: list[Path]) -> None:
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _apply(model: nn.Module, plan: LoadPlan, release_weights: bool, unpacked: Path | None) -> nn.Module:
+    snapshot = ModelSnapshot([module.target for module in plan.modules])
+    folder = _private_folder("deploy-")
     try:
-        return model.get_submodule(entry.path)
-    except AttributeError:
-        raise CheckpointError(
-            f"module `{entry.name}` was tuned at `{entry.path}`, which this model does not have; "
-            "load into a model built the same way as the tuned one"
-        ) from None
-
-
-def _check_target(model: nn.Module, entry: ModuleEntry) -> None:
-    from aitune_core.module.wrapper import MODULE_REGISTRY
-
-    target = model if entry.path == "" else _find(model, entry)
-    if isinstance(target, Module):
-        if target.name != entry.name:
-            raise CheckpointError(f"`{entry.path}` is already wrapped as `{target.name}`, not `{entry.name}`")
-        return
-    existing = MODULE_REGISTRY.modules.get(entry.name)
-    if existing is not None:
-        raise CheckpointError(
-            f"an aitune module named {entry.name!r} already exists in this process (wrapping "
-            f"{type(existing.module).__name__}); delete it first, or load in a fresh process"
-        )
-
-
-def _restore_module(
-    model: nn.Module, entry: ModuleEntry, root: Path, device: torch.device, classes: dict[str, type[Backend]]
-) -> Module:
-    target = model if entry.path == "" else _find(model, entry)
-    inner = target.module if isinstance(target, Module) else target
-    if entry.weights is not None:
-        state = load_tensors(root / entry.weights.path, map_location=device)
-        inner.load_state_dict(state)
-    inner.to(device)
-    if isinstance(target, Module):
-        wrapper = target
-    else:
-        wrapper = Module(inner, entry.name)
-        if entry.path:
-            parent_path, _, attribute = entry.path.rpartition(".")
-            setattr(model.get_submodule(parent_path) if parent_path else model, attribute, wrapper)
-    routes: dict[Hashable, Route] = {}
-    for graph in entry.graphs:
-        spec = graph.spec.graph_spec()
-        spec = GraphSpec(spec.name, spec.input_spec, spec.output_spec, _retarget(spec.key, device.type))
-        samples = _samples(root, graph, device)
-        wrapper.add_graph(spec, samples)
-        backend = _backend(root, graph, classes[graph.backend.name])
-        context = BuildContext(
-            module=inner,
-            module_name=entry.name,
-            graph_spec=spec,
-            samples=samples,
-            device=device,
-            cache_dir=config.cache_dir / entry.name / spec.name / backend.key(),
-            signature=wrapper.signature,
-        )
-        context.cache_dir.mkdir(parents=True, exist_ok=True)
-        if backend.is_jit:
-            get_logger(module=entry.name, graph=spec.name).info(
-                "recompiling JIT backend from stored samples", backend=graph.backend.description
+        wrappers = [
+            _apply_module(model, module, snapshot, folder / str(index)) for index, module in enumerate(plan.modules)
+        ]
+    except BaseException:
+        snapshot.restore()
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    files = _LoadedFiles([folder] if unpacked is None else [folder, unpacked])
+    result = model
+    for module, wrapper in zip(plan.modules, wrappers, strict=True):
+        wrapper.__dict__["_loaded_files"] = files
+        graphs = module.entry.graphs
+        if release_weights and graphs and not any(graph.backend.is_jit for graph in graphs):
+            wrapper.release_weights(
+                "the original weights were released at load (release_weights=True); load without it to keep "
+                "eager fallback for such calls"
             )
-        backend.deploy(context)
-        routes[spec.key] = Route(spec, backend, graph.eager_up_to)
+        if module.entry.path == "":
+            result = wrapper
+    return result
+
+
+def _apply_module(model: nn.Module, plan: ModulePlan, snapshot: ModelSnapshot, folder: Path) -> Module:
+    entry, target, inner = plan.entry, plan.target, plan.inner
+    with about(entry.name):
+        if plan.weights is not None:
+            inner.load_state_dict(plan.weights)
+        inner.to(plan.device)
+        if isinstance(target, Module):
+            wrapper = target
+        else:
+            wrapper = Module(inner, entry.name)
+            snapshot.record_wrapper(wrapper)
+            if entry.path:
+                parent_path, _, attribute = entry.path.rpartition(".")
+                parent = model.get_submodule(parent_path) if parent_path else model
+                snapshot.record_swap(parent, attribute, inner)
+                setattr(parent, attribute, wrapper)
+    routes: dict[Hashable, Route] = {}
+    for graph in plan.graphs:
+        backend, spec = graph.backend, graph.spec
+        with about(entry.name, spec.name, graph.entry.backend.name):
+            wrapper.add_graph(spec, graph.samples)
+            context = BuildContext(
+                module=inner,
+                module_name=entry.name,
+                graph_spec=spec,
+                samples=graph.samples,
+                device=plan.device,
+                cache_dir=folder / spec.name / backend.key(),
+                signature=wrapper.signature,
+            )
+            context.cache_dir.mkdir(parents=True, exist_ok=True)
+            if backend.is_jit:
+                get_logger(module=entry.name, graph=spec.name).info(
+                    "recompiling JIT backend from stored samples", backend=graph.entry.backend.description
+                )
+            backend.deploy(context)
+        routes[spec.key] = Route(spec, backend, graph.entry.eager_up_to)
     wrapper.set_routes(routes)
     return wrapper
-
-
-def _backend_class(graph: GraphEntry) -> type[Backend]:
-    from aitune_core.plugins import get_backend_class
-    from aitune_core.plugins.records import UnknownBackendError
-
-    entry = graph.backend
-    try:
-        return get_backend_class(entry.name)
-    except UnknownBackendError:
-        raise CheckpointError(
-            f"backend `{entry.name}` ({entry.description}) is not installed; install {entry.distribution}>="
-            f"{entry.version} to load this checkpoint"
-        ) from None
-
-
-def _backend(root: Path, graph: GraphEntry, cls: type[Backend]) -> Backend:
-    entry = graph.backend
-    artifacts = {name: str(root / ref.path) for name, ref in entry.artifacts.items()}
-    return cls.from_dict({"config": entry.config, "artifacts": artifacts, "extra": entry.extra})
-
-
-def _samples(root: Path, graph: GraphEntry, device: torch.device) -> list[Sample]:
-    if graph.samples is None:
-        return []
-    tensors = load_tensors(root / graph.samples.path, map_location="cpu")
-    return decode_samples(tensors, graph.sample_trees)
-
-
-def _retarget(key: Any, device_type: str) -> Any:
-    """The graph key with every tensor's device type set to ``device_type``."""
-    if isinstance(key, tuple):
-        if len(key) == 4 and key[0] == "T" and isinstance(key[2], torch.dtype) and isinstance(key[3], str):
-            return ("T", key[1], key[2], device_type)
-        return tuple(_retarget(part, device_type) for part in key)
-    return key
 
 
 def read(path: str | os.PathLike[str]) -> tuple[Path, Manifest]:
     """The folder and manifest of a checkpoint, without loading anything else."""
     root = _open(Path(path))
-    return root, read_manifest(root)
+    return root, parse_manifest(manifest_bytes(root), root)

@@ -15,13 +15,25 @@ from typing import Any
 import attrs
 import cattrs
 
+from aitune_core.backends.state import BackendState
 from aitune_core.checkpoint.specs import GraphSpecData
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST_NAME = "manifest.json"
 
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
-MIGRATIONS: dict[int, Migration] = {}
+
+
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 marks native-code artifacts; version 1 wrote none, so each is marked unknown (False).
+
+    Loading does not rely on the mark: the installed backend class says which of its
+    artifacts are native code.
+    """
+    return data
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2}
 """``MIGRATIONS[n]`` turns a version-``n`` manifest dict into a version ``n + 1`` one."""
 
 
@@ -31,11 +43,18 @@ class CheckpointError(RuntimeError):
 
 @attrs.define
 class ArtifactRef:
-    """A file of the checkpoint: path relative to its root, sha256 and size in bytes."""
+    """A file of the checkpoint: path relative to its root, sha256 and size in bytes.
+
+    ``native`` marks files that are machine code loaded into the process when the
+    checkpoint is deployed (AOT Inductor packages, engines with plugins). The flag is
+    what the writer declared, for people reading the manifest; loading decides from the
+    installed backend class, never from this flag alone.
+    """
 
     path: str
     sha256: str
     size: int
+    native: bool = False
 
 
 @attrs.define
@@ -50,7 +69,7 @@ class BackendEntry:
     distribution: str
     version: str
     config: dict[str, Any]
-    state: str
+    state: str = attrs.field(validator=attrs.validators.in_([state.name for state in BackendState]))
     is_jit: bool
     description: str
     artifacts: dict[str, ArtifactRef] = attrs.field(factory=dict)
@@ -97,27 +116,73 @@ class Manifest:
         return refs
 
 
-_converter = cattrs.Converter()
+def _strict(kind: type) -> Callable[[Any, Any], Any]:
+    """Structure a JSON scalar only when it already has the type the field declares.
+
+    cattrs' default would call ``str(value)`` or ``bool(value)`` on anything, turning a
+    list or a dict written into a string field into text instead of refusing it.
+    """
+
+    def structure(value: Any, _: Any) -> Any:
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r:.60}")
+        return value
+
+    return structure
 
 
-def write_manifest(manifest: Manifest, root: Path) -> None:
-    text = json.dumps(_converter.unstructure(manifest), indent=2, sort_keys=True)
-    (root / MANIFEST_NAME).write_text(text + "\n")
+def _make_converter() -> cattrs.Converter:
+    converter = cattrs.Converter()
+    for kind in (str, int, float, bool):
+        converter.register_structure_hook(kind, _strict(kind))
+    return converter
 
 
-def read_manifest(root: Path) -> Manifest:
+_converter = _make_converter()
+
+
+def manifest_text(manifest: Manifest) -> bytes:
+    """The exact bytes written as ``manifest.json`` (signatures cover these bytes)."""
+    return (json.dumps(_converter.unstructure(manifest), indent=2, sort_keys=True) + "\n").encode()
+
+
+def write_manifest(manifest: Manifest, root: Path) -> bytes:
+    data = manifest_text(manifest)
+    (root / MANIFEST_NAME).write_bytes(data)
+    return data
+
+
+def manifest_bytes(root: Path) -> bytes:
+    """The manifest file's bytes, read once: what is verified is what is parsed."""
     path = root / MANIFEST_NAME
     if not path.is_file():
         raise CheckpointError(f"{root} is not an aitune checkpoint: {MANIFEST_NAME} is missing")
+    return path.read_bytes()
+
+
+def parse_manifest(data: bytes, root: Path) -> Manifest:
+    path = root / MANIFEST_NAME
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
+        raw = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise CheckpointError(f"{path} is not valid JSON: {error}") from error
-    data = migrate(data)
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path} is not a JSON object")
+    raw = migrate(raw)
     try:
-        return _converter.structure(data, Manifest)
+        manifest = _converter.structure(raw, Manifest)
     except Exception as error:
-        raise CheckpointError(f"{path} does not match format version {FORMAT_VERSION}: {error}") from error
+        details = "; ".join(cattrs.transform_error(error)) if isinstance(error, cattrs.BaseValidationError) else error
+        raise CheckpointError(f"{path} does not match format version {FORMAT_VERSION}: {details}") from None
+    if not manifest.modules:
+        raise CheckpointError(f"{path} lists no modules: there is nothing to load; the checkpoint is empty or damaged")
+    return manifest
+
+
+def read_manifest(root: Path) -> Manifest:
+    return parse_manifest(manifest_bytes(root), root)
 
 
 def migrate(data: dict[str, Any]) -> dict[str, Any]:

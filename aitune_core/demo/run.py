@@ -45,6 +45,24 @@ def compare_with_eager(
     return statistics.median(eager), statistics.median(optimized)
 
 
+def _load_hint(path: str, model_name: str) -> str:
+    """How to load the saved demo, with ``trust_native_code=True`` only when the checkpoint needs it."""
+    from aitune_core.checkpoint.load import read
+
+    _, manifest = read(path)
+    native = any(ref.native for ref in manifest.artifacts())
+    flag = ", trust_native_code=True" if native else ""
+    why = (
+        "\n  (it holds native code, an AOT package whose library runs when loaded: trust only checkpoints you made)"
+        if native
+        else ""
+    )
+    return (
+        f"Load it elsewhere with: aitune_core.load(aitune_core.demo.models.build_demo({model_name!r})[0], "
+        f"{path!r}{flag}){why}"
+    )
+
+
 def run_demo(
     model_name: str = "cnn",
     batch_sizes: Sequence[int] = (1, 2, 4, 8),
@@ -68,6 +86,7 @@ def run_demo(
 
             save(wrapped, save_to)
             print(f"Saved the tuned model to {save_to}; `aitune inspect {save_to}` shows it.")
+            print(_load_hint(save_to, model_name))
     finally:
         del wrapped
     speedup = eager_s / tuned_s

@@ -1,0 +1,313 @@
+"""Everything ``load`` checks before it changes anything, gathered into a plan.
+
+A checkpoint is data that may come from anywhere. The plan reads and checks all of it
+(the manifest and its signature, every file's hash, the plugins that will read it,
+the native code it would run, the weights against the model's own shapes, the stored
+samples, every backend config) without touching the model. Only a complete plan is
+applied, so a checkpoint that fails any check leaves the model exactly as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+from torch import nn
+
+from aitune_core.backends.base import Backend
+from aitune_core.checkpoint.files import load_tensors, verify
+from aitune_core.checkpoint.manifest import CheckpointError, GraphEntry, Manifest, ModuleEntry, parse_manifest
+from aitune_core.checkpoint.samples import decode_samples
+from aitune_core.checkpoint.signing import SigningKey, verify_signature
+from aitune_core.graphs.forward_signature import ForwardSignature
+from aitune_core.graphs.graph_spec import GraphSpec, Sample
+from aitune_core.log import get_logger
+from aitune_core.module.wrapper import MODULE_REGISTRY, Module
+
+DeviceMap = str | torch.device | dict[str, str | torch.device] | None
+
+
+@attrs.define(eq=False)
+class GraphPlan:
+    entry: GraphEntry
+    spec: GraphSpec
+    samples: list[Sample]
+    backend: Backend
+    """Restored with ``from_dict`` (config checked, nothing loaded yet); deployed when applied."""
+
+
+@attrs.define(eq=False)
+class ModulePlan:
+    entry: ModuleEntry
+    target: nn.Module
+    """What sits at the entry's path now: the user's module, or a wrapper already there."""
+    device: torch.device
+    weights: dict[str, Any] | None
+    graphs: list[GraphPlan]
+
+    @property
+    def inner(self) -> nn.Module:
+        return self.target.module if isinstance(self.target, Module) else self.target
+
+
+@attrs.define(eq=False)
+class LoadPlan:
+    root: Path
+    manifest: Manifest
+    modules: list[ModulePlan]
+
+
+@contextlib.contextmanager
+def about(module: str, graph: str = "", backend: str = "") -> Iterator[None]:
+    """Turn any error inside into a CheckpointError that says which module, graph and backend it concerns."""
+    try:
+        yield
+    except CheckpointError as error:
+        raise CheckpointError(f"{_where(module, graph, backend)}: {error}") from error
+    except Exception as error:
+        raise CheckpointError(f"{_where(module, graph, backend)}: {type(error).__name__}: {error}") from error
+
+
+def _where(module: str, graph: str, backend: str) -> str:
+    parts = [f"module `{module}`"]
+    if graph:
+        parts.append(f"graph `{graph}`")
+    if backend:
+        parts.append(f"backend `{backend}`")
+    return ", ".join(parts)
+
+
+def plan_load(
+    model: nn.Module,
+    root: Path,
+    manifest_data: bytes,
+    device_map: DeviceMap,
+    trust_native_code: bool,
+    verify_key: SigningKey | None,
+) -> LoadPlan:
+    """Check the whole checkpoint at ``root`` against ``model``; raise CheckpointError at the first problem."""
+    if verify_key is not None:
+        verify_signature(root, manifest_data, verify_key)
+    manifest = parse_manifest(manifest_data, root)
+    for ref in manifest.artifacts():
+        verify(root, ref)
+    for entry in manifest.modules:
+        _check_target(model, entry)
+    plans = [_plan_module(model, root, entry, device_map) for entry in manifest.modules]
+    _check_native_code(plans, trust_native_code)
+    return LoadPlan(root, manifest, plans)
+
+
+# --------------------------------------------------------------------------- targets
+def find_target(model: nn.Module, entry: ModuleEntry) -> nn.Module:
+    if entry.path == "":
+        return model
+    try:
+        return model.get_submodule(entry.path)
+    except AttributeError:
+        raise CheckpointError(
+            f"module `{entry.name}` was tuned at `{entry.path}`, which this model does not have; "
+            "load into a model built the same way as the tuned one"
+        ) from None
+
+
+def _check_target(model: nn.Module, entry: ModuleEntry) -> None:
+    target = find_target(model, entry)
+    if isinstance(target, Module):
+        if target.name != entry.name:
+            raise CheckpointError(f"`{entry.path}` is already wrapped as `{target.name}`, not `{entry.name}`")
+        return
+    existing = MODULE_REGISTRY.modules.get(entry.name)
+    if existing is not None:
+        raise CheckpointError(
+            f"an aitune module named {entry.name!r} already exists in this process (wrapping "
+            f"{type(existing.module).__name__}); delete it first, or load in a fresh process"
+        )
+
+
+def _device_for(entry: ModuleEntry, target: nn.Module, device_map: DeviceMap) -> torch.device:
+    if isinstance(device_map, dict):
+        chosen = device_map.get(entry.name)
+        if chosen is not None:
+            return torch.device(chosen)
+    elif device_map is not None:
+        return torch.device(device_map)
+    parameter = next(iter(target.parameters()), None)
+    return parameter.device if parameter is not None else torch.device("cpu")
+
+
+# --------------------------------------------------------------------------- modules
+def _plan_module(model: nn.Module, root: Path, entry: ModuleEntry, device_map: DeviceMap) -> ModulePlan:
+    target = find_target(model, entry)
+    with about(entry.name):
+        device = _device_for(entry, target, device_map)
+        inner = target.module if isinstance(target, Module) else target
+        weights = None
+        if entry.weights is not None:
+            weights = load_tensors(root / entry.weights.path, map_location=device)
+            check_weights(inner, weights)
+    signature = target.signature if isinstance(target, Module) else ForwardSignature(inner.forward)
+    graphs = [_plan_graph(root, entry, graph, device, signature) for graph in entry.graphs]
+    return ModulePlan(entry, target, device, weights, graphs)
+
+
+def check_weights(module: nn.Module, weights: Any) -> None:
+    """The stored weights must fit ``module`` exactly: same names, same shapes."""
+    if not isinstance(weights, dict):
+        raise CheckpointError(f"its weights file holds a {type(weights).__name__}, not a state dict")
+    expected = module.state_dict()
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    wrong = [
+        f"{name} {tuple(weights[name].shape)} (the model has {tuple(tensor.shape)})"
+        for name, tensor in expected.items()
+        if name in weights
+        and isinstance(tensor, torch.Tensor)
+        and isinstance(weights[name], torch.Tensor)
+        and weights[name].shape != tensor.shape
+    ]
+    problems = []
+    if missing:
+        problems.append(f"missing {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+    if unexpected:
+        problems.append(f"unexpected {', '.join(unexpected[:5])}{' ...' if len(unexpected) > 5 else ''}")
+    if wrong:
+        problems.append(f"other shapes: {', '.join(wrong[:5])}{' ...' if len(wrong) > 5 else ''}")
+    if problems:
+        raise CheckpointError(
+            "its weights do not fit this model (" + "; ".join(problems) + "); build the model with the same "
+            "configuration as the tuned one"
+        )
+
+
+# --------------------------------------------------------------------------- graphs
+def _plan_graph(
+    root: Path, module: ModuleEntry, graph: GraphEntry, device: torch.device, signature: ForwardSignature
+) -> GraphPlan:
+    name = graph.spec.name if isinstance(graph.spec.name, str) else "?"
+    with about(module.name, name):
+        spec = graph.spec.graph_spec()
+        samples: list[Sample] = []
+        if graph.samples is not None:
+            samples = decode_samples(load_tensors(root / graph.samples.path, map_location="cpu"), graph.sample_trees)
+        check_graph(spec, samples, signature)
+        spec = GraphSpec(spec.name, spec.input_spec, spec.output_spec, _retarget(spec.key, device.type))
+    with about(module.name, name, graph.backend.name):
+        cls = _backend_class(graph)
+        artifacts = {artifact: str(root / ref.path) for artifact, ref in graph.backend.artifacts.items()}
+        backend = cls.from_dict({"config": graph.backend.config, "artifacts": artifacts, "extra": graph.backend.extra})
+    return GraphPlan(graph, spec, samples, backend)
+
+
+def check_graph(spec: GraphSpec, samples: list[Sample], signature: ForwardSignature) -> None:
+    """The graph must describe calls of this module, and its stored samples must be such calls.
+
+    A spec edited apart from its samples would load and then send every call to the
+    fallback, or fail on each call; it is refused here instead.
+    """
+    parameters = set(signature.parameter_names)
+    for locator, _ in (*spec.input_spec.tensor_data, *spec.input_spec.other_data):
+        if locator.root is not None and locator.root not in parameters:
+            raise CheckpointError(
+                f"its inputs name `{locator.root}`, which is not a parameter of this module's forward "
+                f"({', '.join(sorted(parameters))})"
+            )
+    from aitune_core.graphs.keying import graph_key
+    from aitune_core.module.router import Route
+    from aitune_core.plugins.manager import graph_key_parts
+
+    key_parts = graph_key_parts()
+    route = Route(spec, None)
+    for index, sample in enumerate(samples):
+        arguments = sample.arguments
+        if not isinstance(arguments, dict) or not set(arguments) <= parameters:
+            raise CheckpointError(f"stored sample {index} is not a call of this module's forward")
+        key: Any = graph_key(arguments, spec.input_spec.strict)
+        if key_parts is not None:
+            extra = key_parts(arguments)
+            if extra is not None:
+                key = (*key, ("plugin", extra))
+        # Samples are kept on the CPU; the graph may have been tuned on another device type.
+        if _retarget(key, "cpu") != _retarget(spec.key, "cpu"):
+            raise CheckpointError(f"stored sample {index} does not belong to this graph: the graph key differs")
+        reason = route.mismatch(arguments)
+        if reason is not None:
+            raise CheckpointError(f"stored sample {index} is outside the graph's shapes: {reason}")
+
+
+def _backend_class(graph: GraphEntry) -> type[Backend]:
+    """The installed class for the backend, when the distribution that wrote it is the one that registers it."""
+    from aitune_core.checkpoint.save import backend_origin
+    from aitune_core.plugins import get_backend_class
+    from aitune_core.plugins.records import UnknownBackendError
+
+    entry = graph.backend
+    try:
+        cls = get_backend_class(entry.name)
+    except UnknownBackendError:
+        raise CheckpointError(
+            f"backend `{entry.name}` is not installed; install {entry.distribution}>={entry.version} "
+            "to load this checkpoint"
+        ) from None
+    distribution, version = backend_origin(entry.name)
+    if distribution != entry.distribution:
+        raise CheckpointError(
+            f"backend `{entry.name}` was written by {entry.distribution} {entry.version}, but here `{entry.name}` is "
+            f"registered by {distribution} {version}; install {entry.distribution}>={entry.version} (and remove "
+            f"{distribution}) to load this checkpoint"
+        )
+    if _major(version) != _major(entry.version):
+        get_logger().warning(
+            "plugin major version differs from the checkpoint's",
+            backend=entry.name,
+            distribution=distribution,
+            installed=version,
+            checkpoint=entry.version,
+        )
+    return cls
+
+
+def _major(version: str) -> str:
+    return version.split(".", 1)[0]
+
+
+def _retarget(key: Any, device_type: str) -> Any:
+    """The graph key with every tensor's device type set to ``device_type``."""
+    if isinstance(key, tuple):
+        if len(key) == 4 and key[0] == "T" and isinstance(key[2], torch.dtype) and isinstance(key[3], str):
+            return ("T", key[1], key[2], device_type)
+        return tuple(_retarget(part, device_type) for part in key)
+    return key
+
+
+# --------------------------------------------------------------------------- native code
+def native_artifacts(plans: list[ModulePlan]) -> list[str]:
+    """``module/graph: backend artifact (path)`` for every file that is native code.
+
+    The installed backend class decides which of its artifacts are native; a mark in
+    the manifest adds to that, never takes away.
+    """
+    found = []
+    for module in plans:
+        for graph in module.graphs:
+            declared = graph.backend.native_artifacts()
+            for name, ref in graph.entry.backend.artifacts.items():
+                if name in declared or ref.native:
+                    where = f"{module.entry.name}/{graph.spec.name}"
+                    found.append(f"{where}: {graph.entry.backend.name} {name} ({ref.path})")
+    return found
+
+
+def _check_native_code(plans: list[ModulePlan], trust_native_code: bool) -> None:
+    native = native_artifacts(plans)
+    if native and not trust_native_code:
+        raise CheckpointError(
+            "this checkpoint holds native code that runs when it is loaded: "
+            + "; ".join(native)
+            + ". Load it with trust_native_code=True only if you trust where it came from "
+            "(`aitune inspect` lists what it would run)"
+        )

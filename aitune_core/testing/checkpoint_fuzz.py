@@ -1,0 +1,133 @@
+"""Hostile-manifest fuzzing for checkpoints, for aitune's tests and for backend authors.
+
+Every string in a real manifest is replaced, one at a time, by hostile values: shell
+metacharacters that would touch a canary, absolute and ``..`` paths to canary files,
+``module:function`` references, and values of the wrong JSON type. Each mutated
+manifest goes through all of ``load``'s checks (:func:`plan_load`), which read
+everything and change nothing. The fuzz reports which were refused and which were
+accepted; tests then load one accepted mutation per field for real and check the
+answers, and check that the canaries were never touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+from torch import nn
+
+from aitune_core.checkpoint.load_plan import plan_load
+from aitune_core.checkpoint.manifest import MANIFEST_NAME, CheckpointError
+
+JsonPath = tuple[str | int, ...]
+
+
+@attrs.define
+class Canaries:
+    """A file and a folder that hostile values aim at; neither may ever change."""
+
+    file: Path
+    folder: Path
+    content: bytes = b"canary: must never change\n"
+
+    @classmethod
+    def make(cls, where: Path) -> Canaries:
+        where.mkdir(parents=True, exist_ok=True)
+        canaries = cls(where / "canary.txt", where / "canary-dir")
+        canaries.file.write_bytes(canaries.content)
+        canaries.folder.mkdir(exist_ok=True)
+        return canaries
+
+    def assert_untouched(self) -> None:
+        assert self.file.read_bytes() == self.content, f"{self.file} was changed"
+        assert list(self.folder.iterdir()) == [], f"{self.folder} gained {sorted(self.folder.iterdir())}"
+
+
+def hostile_values(canaries: Canaries) -> list[Any]:
+    """Values an attacker would write into a manifest string."""
+    touch = f"touch {canaries.folder}/pwned"
+    return [
+        f"; {touch}",
+        f"$({touch})",
+        f"`{touch}`",
+        f"off -wrapper 'sh,-c,{touch}'",
+        f"x && {touch} #",
+        str(canaries.file),
+        str(canaries.folder / "pwned"),
+        f"../../../../../../..{canaries.file}",
+        "../" * 12 + "etc/passwd",
+        "..",
+        "/",
+        "os:system",
+        "subprocess:Popen",
+        "builtins:eval",
+        "torch._inductor.config",
+        "__import__('os').system('true')",
+        "\x00",
+        "",
+        "A" * 5000,
+        ["list", "instead", "of", "text"],
+        {"dict": "instead of text"},
+        12345,
+        True,
+        None,
+    ]
+
+
+def string_paths(data: Any, prefix: JsonPath = ()) -> Iterator[JsonPath]:
+    """The path of every string value in a JSON document."""
+    if isinstance(data, str):
+        yield prefix
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            yield from string_paths(value, (*prefix, key))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield from string_paths(value, (*prefix, index))
+
+
+def _replaced(data: Any, path: JsonPath, value: Any) -> Any:
+    mutated = copy.deepcopy(data)
+    node = mutated
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    return mutated
+
+
+def field_name(path: JsonPath) -> str:
+    """The path with list indices folded (``modules[].graphs[].backend.name``): one name per field."""
+    return ".".join("[]" if isinstance(part, int) else str(part) for part in path).replace(".[]", "[]")
+
+
+@attrs.define
+class FuzzReport:
+    cases: int = 0
+    refused: int = 0
+    accepted: dict[str, bytes] = attrs.field(factory=dict)
+    """Field name -> one accepted mutated manifest, to be loaded for real."""
+    unexpected: list[str] = attrs.field(factory=list)
+    """Errors other than CheckpointError: each one is a bug."""
+
+
+def fuzz_manifest(model: nn.Module, root: Path, canaries: Canaries, trust_native_code: bool = True) -> FuzzReport:
+    """Run every hostile mutation of ``root``'s manifest through ``load``'s checks."""
+    original = json.loads((root / MANIFEST_NAME).read_bytes())
+    report = FuzzReport()
+    for path in string_paths(original):
+        for value in hostile_values(canaries):
+            data = json.dumps(_replaced(original, path, value)).encode()
+            report.cases += 1
+            try:
+                plan_load(model, root, data, None, trust_native_code, None)
+            except CheckpointError:
+                report.refused += 1
+            except Exception as error:  # reported: each one is a finding
+                report.unexpected.append(f"{field_name(path)} = {value!r:.60}: {type(error).__name__}: {error}")
+            else:
+                report.accepted.setdefault(field_name(path), data)
+    return report
