@@ -30,6 +30,7 @@ from aitune_core.checkpoint.load_plan import DeviceMap, LoadPlan, ModulePlan, ab
 from aitune_core.checkpoint.manifest import CheckpointError, Manifest, manifest_bytes, parse_manifest
 from aitune_core.checkpoint.rollback import ModelSnapshot
 from aitune_core.checkpoint.signing import SigningKey
+from aitune_core.checkpoint.staging import clean_stale
 from aitune_core.config import config
 from aitune_core.log import get_logger
 from aitune_core.module.router import Route
@@ -64,6 +65,7 @@ def load(
     Raises CheckpointError naming the module, graph and backend concerned; the model
     is then exactly as it was.
     """
+    clean_stale(Path(path))  # staging left by killed saves; a checkpoint left only aside is moved back first
     root = _open(Path(path))
     unpacked = root if root != Path(path) else None
     try:

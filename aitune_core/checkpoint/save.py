@@ -1,25 +1,27 @@
 """``save(model, path)``: write every tuned module of a model to a checkpoint, atomically.
 
-Everything is written into a temporary sibling folder first and renamed into place at
-the end, so a crash or a kill mid-save leaves the previous checkpoint as it was.
+Everything is written into a staging sibling first and swapped into place at the end
+(see :mod:`aitune_core.checkpoint.staging` for what is atomic where), so a crash or a
+kill at any point leaves a complete checkpoint at the path: the previous one or the new.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
-import shutil
-import uuid
+import stat
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from aitune_core._version import __version__
+from aitune_core.checkpoint import staging
 from aitune_core.checkpoint.archive import pack
 from aitune_core.checkpoint.files import add_file, save_tensors
 from aitune_core.checkpoint.manifest import (
     FORMAT_VERSION,
+    MANIFEST_NAME,
     BackendEntry,
     CheckpointError,
     GraphEntry,
@@ -29,6 +31,7 @@ from aitune_core.checkpoint.manifest import (
     write_manifest,
 )
 from aitune_core.checkpoint.samples import encode_samples
+from aitune_core.checkpoint.signing import SigningKey, write_signature
 from aitune_core.checkpoint.specs import GraphSpecData
 from aitune_core.log import get_logger
 from aitune_core.module.wrapper import Module, ModuleState
@@ -53,31 +56,40 @@ def backend_origin(name: str) -> tuple[str, str]:
     return "aitune-core", __version__
 
 
-def save(model: nn.Module, path: str | os.PathLike[str], archive: bool = False) -> Path:
+def save(
+    model: nn.Module, path: str | os.PathLike[str], archive: bool = False, *, sign_key: SigningKey | None = None
+) -> Path:
     """Save the tuned modules of ``model`` to the folder ``path`` (or one archive file).
 
+    sign_key: a secret (16 bytes or more); an HMAC over the manifest, which holds every
+        file's sha256, is written beside it, and ``load(..., verify_key=...)`` refuses the
+        checkpoint if anything in it changes.
+    Staging that killed saves left next to ``path`` is removed first.
     Returns the path written. Raises CheckpointError when nothing in ``model`` is tuned.
     """
     target = Path(path)
     modules = tuned_modules(model)
     if not modules:
         raise CheckpointError("nothing to save: no aitune module in this model is tuned; call aitune_core.tune first")
-    staging = target.parent / f".{target.name}.saving-{uuid.uuid4().hex[:8]}"
-    staging.mkdir(parents=True)
+    staging.clean_stale(target)
+    folder = staging.staging_path(target, staging.SAVING)
+    packed = folder.with_name(folder.name + ".zip")
+    folder.mkdir(parents=True)
     try:
-        manifest = _write_contents(modules, staging)
-        write_manifest(manifest, staging)
+        manifest = _write_contents(modules, folder)
+        written = write_manifest(manifest, folder)
+        if sign_key is not None:
+            write_signature(folder, written, sign_key)
+        staging.fsync(folder / MANIFEST_NAME)
         if archive:
-            packed = staging.with_name(staging.name + ".zip")
-            pack(staging, packed)
-            shutil.rmtree(staging)
-            staging = packed
-        _replace(staging, target)
+            pack(folder, packed)
+            staging.fsync(packed)
+            staging.remove(folder)
+        _replace(packed if archive else folder, target)
     except BaseException:
-        if staging.is_dir():
-            shutil.rmtree(staging, ignore_errors=True)
-        elif staging.exists():
-            staging.unlink()
+        # After the swap these names hold the previous checkpoint; before it, the partial new one.
+        staging.remove(folder)
+        staging.remove(packed)
         raise
     get_logger().info("checkpoint saved", path=str(target), modules=[m.name for _, m in modules])
     return target
@@ -118,6 +130,7 @@ def _graph_entry(root: Path, folder: str, record: Any, backend: Any, distributio
                 f"backend {backend.describe()} declares artifact {name!r} at {source}, which is not a file"
             )
         artifacts[name] = add_file(root, f"{folder}/artifacts/{name}/{source.name}", source)
+        artifacts[name].native = name in backend.native_artifacts()
     distribution, version = backend_origin(type(backend).name)
     distributions[distribution] = version
     entry = GraphEntry(
@@ -145,19 +158,22 @@ def _graph_entry(root: Path, folder: str, record: Any, backend: Any, distributio
     return entry
 
 
-def _replace(staging: Path, target: Path) -> None:
-    """Move ``staging`` to ``target``; an existing checkpoint is set aside first and removed last."""
-    if not target.exists():
-        os.replace(staging, target)
-        return
-    aside = target.parent / f".{target.name}.replaced-{uuid.uuid4().hex[:8]}"
-    os.replace(target, aside)
+def _replace(source: Path, target: Path) -> None:
+    """Put ``source`` at ``target`` so that every reader sees the old or the new checkpoint.
+
+    The previous checkpoint ends up at ``source``'s name and is removed there.
+    """
     try:
-        os.replace(staging, target)
-    except BaseException:
-        os.replace(aside, target)
-        raise
-    if aside.is_dir():
-        shutil.rmtree(aside, ignore_errors=True)
+        existing: int | None = os.lstat(target).st_mode
+    except FileNotFoundError:
+        existing = None
+    if existing is None or (not stat.S_ISDIR(existing) and not source.is_dir()):
+        os.replace(source, target)  # nothing to keep, or a file over a file: rename(2) is atomic
     else:
-        aside.unlink(missing_ok=True)
+        try:
+            staging.exchange(source, target)
+        except staging.ExchangeUnsupported:
+            staging.replace_via_aside(source, target)
+        else:
+            staging.remove(source)
+    staging.fsync(target.parent)

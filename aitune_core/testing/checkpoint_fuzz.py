@@ -12,16 +12,20 @@ answers, and check that the canaries were never touched.
 from __future__ import annotations
 
 import copy
+import gc
 import json
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import attrs
 from torch import nn
 
+from aitune_core.checkpoint.load import load
 from aitune_core.checkpoint.load_plan import plan_load
 from aitune_core.checkpoint.manifest import MANIFEST_NAME, CheckpointError
+from aitune_core.checkpoint.signing import SIGNATURE_NAME
 
 JsonPath = tuple[str | int, ...]
 
@@ -130,4 +134,40 @@ def fuzz_manifest(model: nn.Module, root: Path, canaries: Canaries, trust_native
                 report.unexpected.append(f"{field_name(path)} = {value!r:.60}: {type(error).__name__}: {error}")
             else:
                 report.accepted.setdefault(field_name(path), data)
+    return report
+
+
+def assert_hostile_manifests_are_safe(
+    build_model: Callable[[], nn.Module],
+    checkpoint: Path,
+    canaries: Canaries,
+    check_loaded: Callable[[nn.Module], None],
+    scratch: Path,
+) -> FuzzReport:
+    """Fuzz ``checkpoint``'s manifest, then load one accepted mutation per field for real.
+
+    ``check_loaded`` gets each loaded model and asserts it answers as the original did.
+    Canaries must be untouched afterwards, and nothing but CheckpointError may be raised.
+    """
+    model = build_model()
+    report = fuzz_manifest(model, checkpoint, canaries)
+    assert report.unexpected == [], "\n".join(report.unexpected[:20])
+    canaries.assert_untouched()
+    for index, (field, data) in enumerate(sorted(report.accepted.items())):
+        copy = scratch / f"accepted-{index}"
+        shutil.copytree(checkpoint, copy)
+        (copy / MANIFEST_NAME).write_bytes(data)
+        (copy / SIGNATURE_NAME).unlink(missing_ok=True)
+        try:
+            loaded = load(build_model(), copy, trust_native_code=True)
+        except CheckpointError:
+            continue  # refused when deploying: as good as refused when checking
+        try:
+            check_loaded(loaded)
+        except Exception as error:
+            message = f"the manifest with a hostile {field} loaded, and then failed: {type(error).__name__}: {error}"
+            raise AssertionError(message) from None
+        del loaded
+        gc.collect()
+    canaries.assert_untouched()
     return report
