@@ -25,6 +25,7 @@ import torch
 
 from aitune_core.backends.base import Availability, Backend, BuildContext
 from aitune_core.graphs.forward_signature import ForwardSignature
+from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_onnx.config import ONNXRuntimeBackendConfig
 from aitune_onnx.export import ExportedModel, data_file_name, export_graph
 from aitune_onnx.layout import IOLayout, LayoutNotSerializable, layout_from_context
@@ -33,6 +34,8 @@ from aitune_onnx.session import PROVIDER_DEVICES, OrtRunner, default_provider, p
 MODEL_ARTIFACT = "model"
 DATA_ARTIFACT = "external_data"
 MODEL_FILE = "model.onnx"
+DATA_LOCATION_KEY = "external_data_location"
+MAX_FILE_NAME_BYTES = 255
 
 
 class _ConfiguredAvailability:
@@ -156,9 +159,11 @@ class ONNXRuntimeBackend(Backend):
         device = (
             self.context.device if self.context is not None else torch.device(PROVIDER_DEVICES[self.config.provider])
         )
-        self._runner = OrtRunner(
-            self._model_file(), self.config, device, self._layout.input_names, self._layout.output_names
-        )
+        runner = OrtRunner(self._model_file(), self.config, device, self._layout.input_names, self._layout.output_names)
+        check_layout_names(self.describe(), self._layout, runner.session)
+        if self.context is not None:
+            check_layout_fits_graph(self.describe(), self._layout, self.context.graph_spec)
+        self._runner = runner
 
     def _layout_from_context(self) -> IOLayout:
         return layout_from_context(self.describe(), self.context)
@@ -169,28 +174,39 @@ class ONNXRuntimeBackend(Backend):
         A checkpoint stores each artifact in a folder of its own, and copies may be
         renamed, but ONNX Runtime looks for external data by the file name recorded in
         the model, next to the model. When that does not hold, both files are linked
-        (or copied, across file systems) into a folder together.
+        (or copied, across file systems) into a fresh folder that only this process
+        writes to; nothing outside it is created, and nothing is ever removed but that
+        folder, so a name taken from a checkpoint cannot reach any other file.
         """
         assert self._model_path is not None
         if self._data_path is None or self._data_location is None:
             return self._model_path
-        expected = self._model_path.parent / self._data_location
+        location = plain_file_name(DATA_LOCATION_KEY, self._data_location)
+        expected = self._model_path.parent / location
         if expected.exists() and os.path.samefile(expected, self._data_path):
             return self._model_path
-        if self.context is not None:
-            folder = self.context.cache_dir / "restored"
-        else:
-            self._scratch = self._scratch or tempfile.TemporaryDirectory(prefix="aitune-onnx-")
-            folder = Path(self._scratch.name)
-        folder.mkdir(parents=True, exist_ok=True)
-        for source, name in ((self._model_path, MODEL_FILE), (self._data_path, self._data_location)):
+        folder = self._new_scratch()
+        for source, name in ((self._model_path, MODEL_FILE), (self._data_path, location)):
             target = folder / name
-            target.unlink(missing_ok=True)
-            try:
-                os.link(source, target)
-            except OSError:
-                shutil.copyfile(source, target)
+            if target.resolve().parent != folder.resolve():
+                raise ValueError(f"{self.describe()}: {name!r} does not stay inside the private folder {folder}")
+            _link_or_copy(source, target)
         return folder / MODEL_FILE
+
+    def _new_scratch(self) -> Path:
+        """A fresh private folder (mode 0700) under the build's cache folder, or the temp folder."""
+        self._drop_scratch()
+        parent = None
+        if self.context is not None:
+            self.context.cache_dir.mkdir(parents=True, exist_ok=True)
+            parent = self.context.cache_dir
+        self._scratch = tempfile.TemporaryDirectory(prefix="aitune-onnx-", dir=parent, ignore_cleanup_errors=True)
+        return Path(self._scratch.name)
+
+    def _drop_scratch(self) -> None:
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
 
     # ------------------------------------------------------------------ persistence
     def _artifacts(self) -> dict[str, Path]:
@@ -201,6 +217,15 @@ class ONNXRuntimeBackend(Backend):
             artifacts[DATA_ARTIFACT] = self._data_path
         return artifacts
 
+    def native_artifacts(self) -> frozenset[str]:
+        """None: the model and its weights are data that ONNX Runtime's own kernels run.
+
+        Custom-op libraries would be native code, but the session registers none
+        (``SessionOptions.register_custom_ops_library`` is never called), and provider
+        options that load libraries are refused (:mod:`aitune_onnx.provider_options`).
+        """
+        return frozenset()
+
     def _extra_state(self) -> dict[str, Any]:
         layout = None
         if self._layout is not None:
@@ -208,7 +233,7 @@ class ONNXRuntimeBackend(Backend):
                 layout = self._layout.to_dict()
             except LayoutNotSerializable:
                 layout = None  # rebuilt from the module on restore, see _layout_from_context
-        extra: dict[str, Any] = {"layout": layout, "external_data_location": self._data_location}
+        extra: dict[str, Any] = {"layout": layout, DATA_LOCATION_KEY: self._data_location}
         if self._exported is not None:
             extra["export"] = {
                 "exporter": self._exported.exporter,
@@ -228,9 +253,11 @@ class ONNXRuntimeBackend(Backend):
         self._model_path = Path(artifacts[MODEL_ARTIFACT])
         data = artifacts.get(DATA_ARTIFACT)
         self._data_path = None if data is None else Path(data)
-        self._data_location = extra.get("external_data_location") or (
-            None if data is None else data_file_name(Path(MODEL_FILE))
-        )
+        location = extra.get(DATA_LOCATION_KEY)
+        if location is not None:
+            self._data_location = plain_file_name(DATA_LOCATION_KEY, location)
+        else:
+            self._data_location = None if data is None else data_file_name(Path(MODEL_FILE))
         layout = extra.get("layout")
         self._layout = IOLayout.from_dict(layout) if layout else None
         self._restored_extra = dict(extra)
@@ -241,6 +268,7 @@ class ONNXRuntimeBackend(Backend):
 
     def _deactivate(self) -> None:
         self._runner = None
+        self._drop_scratch()
 
     # ------------------------------------------------------------------ inference
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
@@ -249,3 +277,73 @@ class ONNXRuntimeBackend(Backend):
         assert layout is not None and runner is not None and self._signature is not None
         tensors = layout.flatten(self._signature.normalize(args, kwargs))
         return layout.rebuild(runner.run(tensors))
+
+
+def plain_file_name(key: str, value: Any) -> str:
+    """``value`` when it is a bare file name; a ValueError naming ``key`` otherwise.
+
+    Such names come from a checkpoint's manifest, which anyone may edit: a path in
+    one (absolute, ``..``, or with a folder) would make loading write where it points.
+    """
+    problem = None
+    if not isinstance(value, str) or not value:
+        problem = "is not a file name"
+    elif value in (".", "..") or any(separator in value for separator in "/\\:"):
+        problem = "is a path (or names a drive), not a bare file name"
+    elif "\x00" in value or not value.isprintable():
+        problem = "holds control characters"
+    elif len(value.encode(errors="replace")) > MAX_FILE_NAME_BYTES:
+        problem = f"is longer than {MAX_FILE_NAME_BYTES} bytes"
+    elif value == MODEL_FILE:
+        problem = f"is the model's own file name, {MODEL_FILE!r}"
+    if problem is not None:
+        raise ValueError(
+            f"refusing {key}={value!r}: it {problem}; the external data file sits next to the model, so this must "
+            f"be a plain file name such as {data_file_name(Path(MODEL_FILE))!r} (export the model again, or restore "
+            "the checkpoint's manifest)"
+        )
+    return value
+
+
+def check_layout_names(owner: str, layout: IOLayout, session: Any) -> None:
+    """The layout must name the model's own inputs and outputs.
+
+    A restored layout comes from the checkpoint's manifest; a name the model lacks
+    would otherwise fail only at the first call, after loading had reported success.
+    """
+    inputs = [value.name for value in session.get_inputs()]
+    outputs = {value.name for value in session.get_outputs()}
+    not_fed = [name for name in inputs if name not in layout.input_names]
+    unknown = [name for name in layout.output_names if name not in outputs]
+    if not_fed or unknown:
+        raise ValueError(
+            f"{owner}: the stored input/output layout does not fit the ONNX model (model inputs it does not feed: "
+            f"{not_fed}; outputs the model does not have: {unknown}); export the model again, or restore the "
+            "checkpoint's manifest"
+        )
+
+
+def check_layout_fits_graph(owner: str, layout: IOLayout, graph: GraphSpec) -> None:
+    """The layout must read the graph's own tensor inputs, and only those.
+
+    The graph spec was checked against the stored samples when loading; a layout edited
+    apart from it would fail at the first call instead of when loading.
+    """
+    expected = {locator.display_path for locator, _ in graph.input_spec.tensor_data}
+    found = {locator.display_path for locator in layout.inputs}
+    if found != expected:
+        raise ValueError(
+            f"{owner}: the stored input layout reads {sorted(found)}, but graph {graph.name} takes tensors at "
+            f"{sorted(expected)}; export the model again, or restore the checkpoint's manifest"
+        )
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """Hard-link ``source`` at ``target``, or copy it across file systems; ``target`` must not exist yet."""
+    try:
+        os.link(source, target)
+    except FileExistsError:
+        raise
+    except OSError:
+        with source.open("rb") as reading, target.open("xb") as writing:
+            shutil.copyfileobj(reading, writing)

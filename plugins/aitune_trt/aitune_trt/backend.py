@@ -227,6 +227,17 @@ class TensorRTBackend(Backend):
             artifacts[PROFILES_ARTIFACT] = self._profiles_path
         return artifacts
 
+    def native_artifacts(self) -> frozenset[str]:
+        """None today: the engine plan is deserialized by TensorRT, and no plugin library is loaded.
+
+        An engine that used plugins would be native code (their libraries run in this
+        process), as would one carrying host code (a version-compatible plan with its
+        lean runtime or serialized plugin libraries); the runtime here loads no plugin
+        libraries and leaves ``engine_host_code_allowed`` at its default (off), so
+        TensorRT refuses such plans. Return ``{ENGINE_ARTIFACT}`` once either changes.
+        """
+        return frozenset()
+
     def _extra_state(self) -> dict[str, Any]:
         layout = None
         if self._layout is not None:
