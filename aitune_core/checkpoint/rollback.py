@@ -24,8 +24,8 @@ class _ModuleState:
     def __init__(self, module: nn.Module) -> None:
         self.modules = list(module.modules())
         self.training = [m.training for m in self.modules]
-        self.parameters = [dict(m._parameters) for m in self.modules]
-        self.buffers = [dict(m._buffers) for m in self.modules]
+        self.parameters: list[dict[str, Any]] = [dict(m._parameters) for m in self.modules]
+        self.buffers: list[dict[str, Any]] = [dict(m._buffers) for m in self.modules]
         self.values: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         seen: set[int] = set()
         for tensors in (*self.parameters, *self.buffers):
@@ -58,7 +58,9 @@ class _WrapperState:
         self.wrapper = wrapper
         self.routes: dict[Hashable, Any] = dict(wrapper.routes)
         self.graphs = dict(wrapper._recorder.graphs)
-        self.own = {key: wrapper.__dict__[key] for key in ("_state", "_unseen") if key in wrapper.__dict__}
+        self.own: dict[str, Any] = {
+            key: wrapper.__dict__[key] for key in ("_state", "_unseen") if key in wrapper.__dict__
+        }
         self.released = wrapper.__dict__.get("_weights_released")
 
     def restore(self) -> None:

@@ -96,7 +96,8 @@ def aitune_graph_key_parts(arguments: dict[str, Any]) -> Hashable | None:
     separate graphs.
 
     **When.** On every call of a wrapped module, recording and tuned alike, so keep it
-    fast. Wrapped modules pick up the implementations present when they are created.
+    fast. Wrapped modules pick up the implementations present when they are created. An
+    implementation that raises disables its plugin, and calls go on without its part.
 
     **Arguments.** `arguments`: the call normalised against the forward signature,
     keyed by parameter name. **Returns** a value made of plain data (str, int, float,
@@ -175,7 +176,8 @@ def aitune_before_step(step: str, backend: Backend) -> None:
     **When.** Before every `build`, `activate`, `deactivate` and `deploy` of every
     backend, after the state machine has accepted the step. `step` is one of those four
     names; `backend.context` holds the `BuildContext` where there is one. An exception
-    raised here aborts the step, and the backend keeps its state.
+    raised here is a fault of the plugin, not of the step: the plugin is disabled and the
+    step runs without it.
 
     ```python
     @hookimpl
@@ -195,7 +197,10 @@ def aitune_wrap_step(step: str, backend: Backend) -> Generator[None, None, None]
     **When.** Around the step's own code, inside `aitune_before_step` and
     `aitune_after_step`. Implementations must be wrappers, `@hookimpl(wrapper=True)`,
     and yield exactly once. The yield raises the step's error, if any: let it
-    propagate, since the backend's state is only advanced when the step succeeds.
+    propagate, since the backend's state is only advanced when the step succeeds. The
+    step's error propagates even if a wrapper swallows it; a wrapper that raises
+    anything else disables its plugin. Plugins' wrappers nest in order of distribution
+    name, the first outermost.
 
     ```python
     @hookimpl(wrapper=True)

@@ -10,8 +10,8 @@ Environment variables, read at load time:
 * ``AITUNE_PLUGINS``: comma-separated allow list. When set, only plugins named in it
   load (by distribution or entry-point name); the others are listed as disabled.
 * ``AITUNE_DISABLED_PLUGINS``: comma-separated block list, same names.
-* ``AITUNE_STRICT_PLUGINS=1``: a plugin that fails to load raises instead of being
-  logged and skipped.
+* ``AITUNE_STRICT_PLUGINS=1``: a plugin that fails to load, or whose hook raises later,
+  raises instead of being logged and skipped (or disabled).
 
 The built-in plugin cannot be blocked: the eager baseline must always exist.
 """

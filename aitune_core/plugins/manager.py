@@ -4,6 +4,10 @@ The core reaches plugins only through these functions (``serialization.converter
 calls :func:`extend_converter`, ``Module`` calls :func:`graph_key_parts`, backends call
 ``lifecycle.run_step``), so the first of those calls is what loads plugins. Importing
 this module loads nothing: pluggy and the registry are imported inside functions.
+
+Whatever these functions call or hand out calls plugins one at a time: a plugin whose
+hook raises is disabled for the rest of the process and the call goes on without it
+(``PluginRegistry.disable``), so a faulty plugin never breaks a module call or ``tune()``.
 """
 
 from __future__ import annotations
@@ -111,10 +115,18 @@ def choose_strategy(module: Any, device: torch.device | str) -> Any | None:
 
 # --------------------------------------------------------------------------- called by the core
 def extend_converter(converter: Any) -> None:
-    """Let plugins add their types to a freshly made cattrs converter."""
+    """Let plugins add their types to a freshly made cattrs converter.
+
+    A plugin that raises halfway is disabled; what it registered before raising stays,
+    since a converter has no way to take registrations back.
+    """
     current_registry().extend_converter(converter)
 
 
 def graph_key_parts() -> Callable[[dict[str, Any]], Hashable | None] | None:
-    """The plugins' graph-key contribution, or None when no plugin contributes one."""
+    """The plugins' graph-key contribution, or None when no plugin contributes one.
+
+    Called on every call of a wrapped module; a plugin whose part raises is disabled
+    and the key is made without it.
+    """
     return current_registry().graph_key_parts()

@@ -20,6 +20,7 @@ from aitune_core.plugins.api import DEFAULT_PRIORITY
 class PluginStatus(enum.Enum):
     LOADED = "loaded"
     FAILED = "failed"
+    """Refused while loading, or disabled later because one of its hooks raised."""
     UNAVAILABLE = "unavailable"
     """Loaded, but none of its backends can run here (no CUDA device, a library missing)."""
     DISABLED = "disabled"

@@ -8,12 +8,21 @@ Nothing depends on the order plugins are found in. They are loaded sorted by
 distribution name, and a backend name claimed by two plugins is a conflict that
 refuses *both* (a name taken by the built-in plugin refuses only the newcomer): keeping
 "the first one" would make the chosen backend depend on which one sorted first.
+
+A plugin is foreign code running inside the host, so every way it can fail is contained:
+``sys.exit()`` at import is a failed plugin like an ``ImportError`` (only
+``KeyboardInterrupt`` goes through, since that is the user asking to stop), a hook that
+raises later disables its plugin for the rest of the process (:meth:`PluginRegistry.disable`),
+and a slow import is named (:data:`SLOW_LOAD_S`), since it stalls the first ``Module()``.
 """
 
 from __future__ import annotations
 
 import inspect
 import re
+import threading
+import time
+import traceback
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
@@ -44,8 +53,15 @@ from aitune_core.plugins.records import (
 
 _BACKEND_NAME = re.compile(r"[a-z][a-z0-9_.-]*")
 _LIFECYCLE_HOOKS = ("aitune_before_step", "aitune_wrap_step", "aitune_after_step")
+_KEY_PARTS_HOOK = "aitune_graph_key_parts"
+
+SLOW_LOAD_S = 2.0
+"""Seconds past which importing and registering one plugin is logged as a warning, and
+loading all of them as an info line: plugins load on first use, so their cost is paid
+by the first ``Module()``, ``tune()`` or checkpoint load, which would otherwise just hang."""
 
 KeyParts = Callable[[dict[str, Any]], Hashable | None]
+Clock = Callable[[], float]
 
 
 class _Refused(Exception):
@@ -74,6 +90,12 @@ def _describe_error(error: BaseException, limit: int = 400) -> str:
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _raised_at(error: BaseException) -> str:
+    """Where ``error`` was raised (file:line), so a plugin author can find it from one log line."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
 
 def _check_api(plugin: Any) -> int:
@@ -134,7 +156,10 @@ class PluginRegistry:
         self._log = get_logger()
         self.strict = False
         self.observes_lifecycle = False
-        self._key_parts: list[tuple[str, Callable[..., Any], bool]] = []
+        self._key_parts: tuple[tuple[str, Callable[..., Any], bool], ...] = ()
+        self._lock = threading.Lock()
+        self.load_seconds: dict[str, float] = {}
+        """Seconds each plugin took to import and register, by plugin id."""
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -145,18 +170,32 @@ class PluginRegistry:
         strict: bool | None = None,
         selection: Selection | None = None,
         device: torch.device | None = None,
+        clock: Clock = time.perf_counter,
     ) -> PluginRegistry:
-        """Load ``sources`` (by default the built-in plugin and every installed one)."""
+        """Load ``sources`` (by default the built-in plugin and every installed one).
+
+        ``clock`` times the loading, for :data:`SLOW_LOAD_S`; tests pass a fake one.
+        """
+        started = clock()
         registry = cls()
         registry._load(
             all_sources() if sources is None else sources,
             strict_from_env() if strict is None else strict,
             Selection.from_env() if selection is None else selection,
             default_device() if device is None else device,
+            clock,
         )
+        registry._report_load_time(clock() - started)
         return registry
 
-    def _load(self, sources: Sequence[PluginSource], strict: bool, selection: Selection, device: torch.device) -> None:
+    def _load(
+        self,
+        sources: Sequence[PluginSource],
+        strict: bool,
+        selection: Selection,
+        device: torch.device,
+        clock: Clock,
+    ) -> None:
         self.strict = strict
         ordered: dict[str, PluginSource] = {}
         for source in sorted(sources, key=lambda s: s.sort_key):
@@ -169,10 +208,13 @@ class PluginRegistry:
                 records[plugin_id] = self._record(source, PluginStatus.DISABLED, refusal)
                 self._log.debug("plugin disabled", **self._context(source), reason=refusal)
                 continue
+            started = clock()
             try:
                 loaded.append(self._load_one(source))
             except _Refused as refused:
                 records[plugin_id] = self._fail(source, str(refused), strict)
+            finally:
+                self._timed(source, clock() - started)
         for item, reason in self._conflicts(loaded):
             self.manager.unregister(item.plugin)
             records[item.source.plugin_id] = self._fail(item.source, reason, strict, item.api_version)
@@ -183,16 +225,25 @@ class PluginRegistry:
         self._prepare_fast_paths()
 
     def _load_one(self, source: PluginSource) -> _Loaded:
+        """Import and register one plugin; any exception but KeyboardInterrupt refuses it.
+
+        BaseException, not Exception: a plugin calling ``sys.exit()`` when imported must
+        not end the program that merely wanted to list or use plugins.
+        """
         try:
             plugin = source.load()
-        except Exception as error:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:
             raise _Refused(f"import failed: {_describe_error(error)}") from error
         api_version = _check_api(plugin)
         if self.manager.is_registered(plugin):
             raise _Refused(f"{source.value} is already loaded as plugin {self.manager.get_name(plugin)!r}")
         try:
             self.manager.register(plugin, name=source.plugin_id)
-        except Exception as error:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:
             raise _Refused(f"invalid hook implementation: {_describe_error(error)}") from error
         try:
             self._check_hooks(plugin)
@@ -203,7 +254,9 @@ class PluginRegistry:
         except _Refused:
             self.manager.unregister(plugin)
             raise
-        except Exception as error:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:
             self.manager.unregister(plugin)
             raise _Refused(f"registration failed: {_describe_error(error)}") from error
         return _Loaded(source, plugin, api_version, classes, registrar.staged)
@@ -300,7 +353,9 @@ class PluginRegistry:
     def _availability(self, cls: type[Backend], device: torch.device) -> Availability:
         try:
             return cls.availability(device)
-        except Exception as error:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:
             return Availability.no(f"availability check failed: {_describe_error(error)}")
 
     def _fail(self, source: PluginSource, reason: str, strict: bool, api_version: int | None = None) -> PluginRecord:
@@ -315,6 +370,31 @@ class PluginRegistry:
             error=reason,
         )
         return record
+
+    def _timed(self, source: PluginSource, seconds: float) -> None:
+        self.load_seconds[source.plugin_id] = seconds
+        if seconds > SLOW_LOAD_S:
+            self._log.warning(
+                "plugin import is slow",
+                **self._context(source),
+                seconds=round(seconds, 2),
+                hint=(
+                    "plugins load on the first use of aitune (Module, tune, load); ask its authors to import "
+                    "heavy libraries inside the functions that need them, or block it with AITUNE_DISABLED_PLUGINS"
+                ),
+            )
+
+    def _report_load_time(self, seconds: float) -> None:
+        if seconds <= SLOW_LOAD_S or not self.load_seconds:
+            return
+        slowest, slowest_s = max(self.load_seconds.items(), key=lambda item: item[1])
+        distribution = self._records[slowest].distribution
+        self._log.info(
+            f"loading plugins took {seconds:.1f} s (slowest: {distribution}, {slowest_s:.1f} s)",
+            seconds=round(seconds, 2),
+            slowest=distribution,
+            slowest_seconds=round(slowest_s, 2),
+        )
 
     @staticmethod
     def _record(
@@ -342,12 +422,12 @@ class PluginRegistry:
     def _prepare_fast_paths(self) -> None:
         """Work out once what per-call paths need, so they cost nothing without plugins."""
         self.observes_lifecycle = any(getattr(self.manager.hook, name).get_hookimpls() for name in _LIFECYCLE_HOOKS)
-        self._key_parts = [
+        self._key_parts = tuple(
             (plugin_id, impl.function, bool(impl.argnames))
             for plugin_id, plugin in sorted(self._plugins.items())
             for impl in self.manager.hook.aitune_graph_key_parts.get_hookimpls()
             if impl.plugin is plugin
-        ]
+        )
 
     def attach(self) -> None:
         """Add the plugins' container types to the process-wide container registry."""
@@ -390,29 +470,85 @@ class PluginRegistry:
             message += "; plugins that failed to load: " + ", ".join(f"{r.distribution} ({r.reason})" for r in failed)
         raise UnknownBackendError(message)
 
+    # ------------------------------------------------------------------ calling hooks, plugin by plugin
+    def plugin_callers(self, hook_name: str) -> list[tuple[str, pluggy.HookCaller]]:
+        """Each active plugin's own caller of ``hook_name``, in distribution order.
+
+        ``manager.hook.<name>(...)`` runs every plugin and stops at the first exception,
+        whoever raised it. A caller per plugin (pluggy's ``subset_hook_caller``, which keeps
+        pluggy's calling convention) tells which plugin failed, so the others can go on.
+        """
+        implementers = {impl.plugin for impl in getattr(self.manager.hook, hook_name).get_hookimpls()}
+        everyone = self.manager.get_plugins()
+        return [
+            (plugin_id, self.manager.subset_hook_caller(hook_name, everyone - {plugin}))
+            for plugin_id, plugin in sorted(self._plugins.items())
+            if plugin in implementers
+        ]
+
     def each_result(self, hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:
         """Call a hook plugin by plugin, in distribution order, keeping results that are not None.
 
-        A plugin whose implementation raises is logged and left out (strict mode raises),
-        so one faulty plugin cannot break tuning for the others.
+        A plugin that raises is disabled (:meth:`disable`) and left out, so one faulty
+        plugin cannot break tuning for the others. For a ``firstresult`` hook the first
+        plugin that answers ends the call, as it would in pluggy.
         """
-        caller = getattr(self.manager.hook, hook_name)
-        impls = caller.get_hookimpls()
+        spec = getattr(self.manager.hook, hook_name).spec
+        firstresult = bool(spec is not None and spec.opts.get("firstresult"))
         results: list[tuple[str, Any]] = []
-        for plugin_id, plugin in sorted(self._plugins.items()):
-            for impl in impls:
-                if impl.plugin is not plugin:
-                    continue
-                try:
-                    result = impl.function(*[kwargs[name] for name in impl.argnames])
-                except Exception as error:
-                    if self.strict:
-                        raise
-                    self._log.warning("plugin hook failed", plugin=plugin_id, hook=hook_name, error=repr(error))
-                    continue
-                if result is not None:
-                    results.append((plugin_id, result))
+        for plugin_id, caller in self.plugin_callers(hook_name):
+            try:
+                result = caller(**kwargs)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:
+                self.disable(plugin_id, hook_name, error)
+                continue
+            if not firstresult:
+                results.extend((plugin_id, item) for item in result)
+            elif result is not None:
+                return [(plugin_id, result)]
         return results
+
+    def disable(self, plugin_id: str, hook_name: str, error: BaseException) -> None:
+        """Take a plugin whose hook raised ``error`` out of every hook, for the rest of the process.
+
+        Its record becomes failed, with the reason, and one error is logged, however many
+        threads or modules hit the fault at once. Its backend classes stay registered:
+        backends already built from them, and checkpoints naming them, must keep working.
+        With ``AITUNE_STRICT_PLUGINS=1`` the error propagates instead, for plugin authors'
+        test suites.
+        """
+        if self.strict:
+            raise error
+        with self._lock:
+            plugin = self._plugins.get(plugin_id)
+            if plugin is None:
+                return  # disabled already, by another module or thread
+            # Replaced, never mutated: calls in other threads iterate the old values.
+            self._plugins = {key: value for key, value in self._plugins.items() if key != plugin_id}
+            self.manager.unregister(plugin)
+            described = _describe_error(error)
+            loaded = self._records[plugin_id]
+            record = attrs.evolve(
+                loaded, status=PluginStatus.FAILED, reason=f"raised {described} in {hook_name}; disabled"
+            )
+            self._records = {key: record if key == plugin_id else value for key, value in self._records.items()}
+            self._backends = {
+                name: (cls, record if owner is loaded else owner) for name, (cls, owner) in self._backends.items()
+            }
+            self._prepare_fast_paths()
+        self._log.error(
+            "plugin disabled: its hook raised",
+            plugin=record.name,
+            distribution=record.distribution,
+            version=record.version,
+            hook=hook_name,
+            error=described,
+            raised_at=_raised_at(error),
+            hint=f"report it to the plugin's authors; until fixed, AITUNE_DISABLED_PLUGINS={record.distribution} "
+            "keeps it from loading",
+        )
 
     def default_candidates(self, device: torch.device | str) -> list[Candidate]:
         """Every plugin's proposals for ``device``: highest priority first, then by backend name."""
@@ -420,6 +556,14 @@ class PluginRegistry:
         candidates: list[Candidate] = []
         for plugin_id, proposals in self.each_result("aitune_default_candidates", device=device):
             distribution = self._records[plugin_id].distribution
+            if isinstance(proposals, (str, bytes, Candidate)) or not isinstance(proposals, Iterable):
+                self._log.warning(
+                    "invalid default candidates",
+                    distribution=distribution,
+                    returned=repr(proposals),
+                    hint="aitune_default_candidates must return a list of Candidate, or None",
+                )
+                continue
             for proposal in proposals:
                 if not isinstance(proposal, Candidate) or not isinstance(proposal.backend, Backend):
                     self._log.warning("invalid default candidate", distribution=distribution, candidate=repr(proposal))
@@ -445,15 +589,27 @@ class PluginRegistry:
         self.each_result("aitune_extend_converter", converter=converter)
 
     def graph_key_parts(self) -> KeyParts | None:
-        """A function adding the plugins' key parts to a call's key, or None when no plugin does."""
-        parts = list(self._key_parts)
-        if not parts:
+        """A function adding the plugins' key parts to a call's key, or None when no plugin does.
+
+        It runs on every call of a wrapped module, so it calls the implementations directly,
+        with one try block each (free in Python 3.11 until something raises). It reads the
+        registry's parts on each call, so a plugin disabled later drops out of modules
+        wrapped before; a plugin whose part raises is disabled and the call goes on.
+        """
+        if not self._key_parts:
             return None
+        registry = self
 
         def key_parts(arguments: dict[str, Any]) -> Hashable | None:
             found = []
-            for plugin_id, function, takes_arguments in parts:
-                part = function(arguments) if takes_arguments else function()
+            for plugin_id, function, takes_arguments in registry._key_parts:
+                try:
+                    part = function(arguments) if takes_arguments else function()
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as error:
+                    registry.disable(plugin_id, _KEY_PARTS_HOOK, error)
+                    continue
                 if part is not None:
                     found.append((plugin_id, part))
             return tuple(found) if found else None
