@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import cattrs
 import torch
+from cattrs.cols import homogenous_tuple_structure_factory, is_sequence, list_structure_factory
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+from cattrs.v import format_exception
+
+T = TypeVar("T")
 
 _DTYPES = {str(dtype): dtype for dtype in vars(torch).values() if isinstance(dtype, torch.dtype)}
 
@@ -25,15 +31,91 @@ def dtype_from_str(name: str) -> torch.dtype:
         raise ValueError(f"unknown torch dtype {name!r}") from None
 
 
+_JSON_NAMES = {str: "a string", int: "a whole number", float: "a number", bool: "true or false"}
+
+
+class ConfigDataError(ValueError):
+    """Stored config data that does not fit its config class; the message names each field."""
+
+
+def strict_scalar(kind: type) -> Callable[[Any, Any], Any]:
+    """Structure ``kind`` only from a JSON value of that type.
+
+    cattrs' default calls the type on anything (``bool("no")`` is True, ``str([...])``
+    is text), so data from a checkpoint would pass any field's type. A bool is not a
+    whole number here, and a whole number is a valid float. Subclasses (enums on
+    ``int`` or ``str``) are made from the checked value, as cattrs does.
+    """
+
+    def structure(value: Any, cl: Any) -> Any:
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise TypeError(f"expected {_JSON_NAMES[kind]}, got {type(value).__name__} {value!r:.60}")
+        return value if cl is kind else cl(value)
+
+    return structure
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected {what} (a string), got {type(value).__name__} {value!r:.60}")
+    return value
+
+
 def make_converter() -> cattrs.Converter:
     converter = cattrs.Converter()
+    for kind in (str, int, float, bool):
+        converter.register_structure_hook(kind, strict_scalar(kind))
     converter.register_unstructure_hook(torch.dtype, str)
-    converter.register_structure_hook(torch.dtype, lambda value, _: dtype_from_str(value))
+    converter.register_structure_hook(torch.dtype, lambda value, _: dtype_from_str(_text(value, "a dtype name")))
     converter.register_unstructure_hook(torch.device, str)
-    converter.register_structure_hook(torch.device, lambda value, _: torch.device(value))
+    converter.register_structure_hook(torch.device, lambda value, _: torch.device(_text(value, "a device name")))
     converter.register_unstructure_hook(Path, str)
-    converter.register_structure_hook(Path, lambda value, _: Path(value))
+    converter.register_structure_hook(Path, lambda value, _: Path(_text(value, "a path")))
+    _arrays_only(converter)
+    _without_unsafe_options(converter)
     return converter
+
+
+def _arrays_only(converter: cattrs.Converter) -> None:
+    """List and tuple fields take a JSON array: cattrs would iterate a string into its characters."""
+
+    def is_array(cl: Any) -> bool:
+        return getattr(cl, "__origin__", cl) in (list, tuple) and is_sequence(cl)
+
+    def factory(cl: Any) -> Callable[[Any, Any], Any]:
+        origin = getattr(cl, "__origin__", cl)
+        inner = (list_structure_factory if origin is list else homogenous_tuple_structure_factory)(cl, converter)
+
+        def structure(value: Any, target: Any) -> Any:
+            if not isinstance(value, (list, tuple)):
+                raise TypeError(f"expected a list, got {type(value).__name__} {value!r:.60}")
+            return inner(value, target)
+
+        return structure
+
+    converter.register_structure_hook_factory(is_array, factory)
+
+
+def _without_unsafe_options(converter: cattrs.Converter) -> None:
+    """Backend configs go to data and back without ``unsafe_options``: only code sets it.
+
+    Data never carries it, so no checkpoint or shipped config can turn it on, and data
+    that does carry it is read as if it did not (``Backend.from_dict`` refuses it outright).
+    """
+    from aitune_core.backends.base import BackendConfig
+
+    def is_config(cl: Any) -> bool:
+        return isinstance(cl, type) and issubclass(cl, BackendConfig)
+
+    omit = override(omit=True)
+    converter.register_unstructure_hook_factory(
+        is_config, lambda cl: make_dict_unstructure_fn(cl, converter, unsafe_options=omit)
+    )
+    converter.register_structure_hook_factory(
+        is_config, lambda cl: make_dict_structure_fn(cl, converter, unsafe_options=omit)
+    )
 
 
 _converter: cattrs.Converter | None = None
@@ -49,6 +131,22 @@ def converter() -> cattrs.Converter:
         extend_converter(built)
         _converter = built
     return _converter
+
+
+def _described(error: BaseException, cl: Any) -> str:
+    """An error as its own message: validators and :func:`strict_scalar` name the fix."""
+    if isinstance(error, (TypeError, ValueError)) and error.args and isinstance(error.args[0], str):
+        return error.args[0]  # attrs' instance_of puts its message first, then the attribute
+    return format_exception(error, cl)
+
+
+def structure_config(data: Any, cl: type[T]) -> T:
+    """``data`` (from a checkpoint, a worker) as a ``cl`` config, or a :class:`ConfigDataError` naming each field."""
+    try:
+        return converter().structure(data, cl)
+    except cattrs.BaseValidationError as error:
+        details = "; ".join(cattrs.transform_error(error, path="config", format_exception=_described))
+        raise ConfigDataError(f"the stored {cl.__name__} is invalid: {details}") from error
 
 
 def stable_hash(data: Any, length: int = 12) -> str:

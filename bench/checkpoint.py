@@ -29,7 +29,7 @@ from aitune_core.demo.models import build_demo
 model, samples = build_demo("cnn")
 batch = torch.stack(samples[:4])
 start = time.perf_counter()
-tuned = ait.load(model, {path!r})
+tuned = ait.load(model, {path!r}, trust_native_code=True)
 with torch.no_grad():
     tuned(batch)
 print(time.perf_counter() - start)

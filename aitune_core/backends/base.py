@@ -27,10 +27,22 @@ from aitune_core.validation.tolerances import Tolerances
 
 B = TypeVar("B", bound="Backend")
 
+UNSAFE_FIELD = "unsafe_options"
+"""The config field that lifts option allow-lists; code may set it, stored data never."""
+
 
 @attrs.define(frozen=True)
 class BackendConfig:
-    """Base class of backend configs: attrs classes, serialised with cattrs."""
+    """Base class of backend configs: attrs classes, serialised with cattrs.
+
+    A config is data with a schema: checkpoints rebuild it from their manifest, so every
+    field is validated when it is made. ``unsafe_options=True`` lets code use free-form
+    options that are not on their allow-list (:mod:`aitune_core.backends.safe_options`);
+    it is never written to a checkpoint, and :meth:`Backend.from_dict` refuses data that
+    sets it, so a checkpoint can never turn it on for itself.
+    """
+
+    unsafe_options: bool = attrs.field(default=False, kw_only=True, validator=attrs.validators.instance_of(bool))
 
 
 @attrs.frozen
@@ -113,6 +125,7 @@ class Backend(abc.ABC):
         return Availability.yes()
 
     def config_dict(self) -> dict[str, Any]:
+        """The config as JSON-ready data, without ``unsafe_options``, which is never stored."""
         from aitune_core.serialization import converter
 
         return converter().unstructure(self.config)
@@ -154,10 +167,21 @@ class Backend(abc.ABC):
 
     @classmethod
     def from_dict(cls: type[B], data: dict[str, Any]) -> B:
-        """Rebuild a backend from :meth:`to_dict` output; it starts CHECKPOINT_LOADED."""
-        from aitune_core.serialization import converter
+        """Rebuild a backend from :meth:`to_dict` output; it starts CHECKPOINT_LOADED.
 
-        backend = cls(converter().structure(data.get("config", {}), cls.config_class))
+        The data may come from a checkpoint someone else wrote, so the config is
+        structured strictly and always with ``unsafe_options=False``: options off their
+        allow-list are refused here, naming the key.
+        """
+        from aitune_core.serialization import structure_config
+
+        config = data.get("config", {})
+        if isinstance(config, dict) and UNSAFE_FIELD in config:
+            raise ValueError(
+                f"the stored config of {cls.__name__} sets {UNSAFE_FIELD}, which is only accepted in code and never "
+                f"stored in checkpoints; remove it from the data, or build the backend in code with {UNSAFE_FIELD}=True"
+            )
+        backend = cls(structure_config(config, cls.config_class))
         backend._restore({name: Path(path) for name, path in data.get("artifacts", {}).items()}, data.get("extra", {}))
         backend._state = BackendState.CHECKPOINT_LOADED
         return backend
@@ -165,6 +189,17 @@ class Backend(abc.ABC):
     def _artifacts(self) -> dict[str, Path]:
         """Files this backend needs after a restart (compiled packages, engines, weights)."""
         return {}
+
+    def native_artifacts(self) -> frozenset[str]:
+        """Names of artifacts that are machine code the process loads when deploying them.
+
+        A checkpoint holding such files runs their code on load (a shared library's
+        constructors, an engine's plugins), so ``load`` refuses them unless the user
+        passes ``trust_native_code=True``. Loading asks the installed backend class, not
+        the manifest, so a checkpoint cannot hide native code by editing its own marks.
+        It is called on backends restored with :meth:`from_dict`, before deploying.
+        """
+        return frozenset()
 
     def _extra_state(self) -> dict[str, Any]:
         return {}

@@ -15,10 +15,18 @@ from aitune_core.backends.autocast import autocast, cast_outputs
 from aitune_core.backends.base import Backend, BackendConfig, BuildContext
 
 
+def floating_dtype(_instance: object, attribute: attrs.Attribute[torch.dtype], value: object) -> None:
+    """Autocast computes in a floating dtype; anything else fails only once a call runs."""
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        raise ValueError(f"{attribute.name} must be a floating torch dtype such as torch.float16, got {value!r}")
+
+
 @attrs.frozen
 class TorchEagerBackendConfig(BackendConfig):
-    autocast_enabled: bool = False
-    autocast_dtype: torch.dtype = torch.float16
+    """autocast_enabled / autocast_dtype: run under ``torch.autocast`` in that dtype."""
+
+    autocast_enabled: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    autocast_dtype: torch.dtype = attrs.field(default=torch.float16, validator=floating_dtype)
 
 
 class TorchEagerBackend(Backend):

@@ -24,8 +24,10 @@ from aitune_core.backends import Backend, BackendConfig, BuildContext
 
 @attrs.frozen
 class FxFuseConfig(BackendConfig):
-    fuse_conv_bn: bool = True
-    channels_last: bool = False
+    """Checkpoints rebuild configs from data, so each field checks its type when the config is made."""
+
+    fuse_conv_bn: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    channels_last: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
 
 class FxFuseBackend(Backend):

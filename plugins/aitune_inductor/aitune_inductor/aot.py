@@ -27,8 +27,9 @@ from aitune_core.backends.base import Availability, Backend, BackendConfig, Buil
 from aitune_inductor.availability import inductor_availability
 from aitune_inductor.call_layout import CallLayout
 from aitune_inductor.calls import build_calls
-from aitune_inductor.config_checks import check_options, options_dict
+from aitune_inductor.config_checks import check_allowed_options, check_options, options_dict
 from aitune_inductor.dims import describe_dims, export_example, export_shapes
+from aitune_inductor.package_safety import unpack_package
 
 MIN_TORCH = "2.6"
 PACKAGE_ARTIFACT = "package"
@@ -41,11 +42,15 @@ class TorchInductorAotBackendConfig(BackendConfig):
 
     strict: ``torch.export`` strict mode (trace with Dynamo) instead of the default
         non-strict tracing through Python.
-    inductor_configs: Inductor options for the AOT compile (``torch._inductor.list_options()``).
+    inductor_configs: Inductor options for the AOT compile (``torch._inductor.list_options()``);
+        only those on :data:`aitune_inductor.config_checks.INDUCTOR_OPTION_RULES` unless the
+        config is made with ``unsafe_options=True`` (never stored in checkpoints).
     """
 
     strict: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
-    inductor_configs: dict[str, Any] | None = attrs.field(default=None, converter=options_dict, validator=check_options)
+    inductor_configs: dict[str, Any] | None = attrs.field(
+        default=None, converter=options_dict, validator=[check_options, check_allowed_options]
+    )
 
 
 def _torch_too_old() -> str | None:
@@ -149,7 +154,9 @@ class TorchInductorAotBackend(Backend):
             raise FileNotFoundError(f"{self.describe()}: package {self._package} does not exist")
         device = self.context.device if self.context is not None else None
         index = device.index if device is not None and device.type == "cuda" and device.index is not None else -1
-        self._model = load_package(self._package, index)
+        scratch = self.context.cache_dir if self.context is not None else None
+        self._model = None  # a reload unpacks afresh; the previous copy goes with its runner
+        self._model = load_package(self._package, index, scratch)
 
     # ------------------------------------------------------------------ persistence
     def _artifacts(self) -> dict[str, Path]:
@@ -157,6 +164,10 @@ class TorchInductorAotBackend(Backend):
 
     def _extra_state(self) -> dict[str, Any]:
         return {"layout": self._layout.to_dict()} if self._layout is not None else {}
+
+    def native_artifacts(self) -> frozenset[str]:
+        """The package holds a shared library whose constructors run as soon as it is loaded."""
+        return frozenset({PACKAGE_ARTIFACT})
 
     def _restore(self, artifacts: dict[str, Path], extra: dict[str, Any]) -> None:
         if PACKAGE_ARTIFACT not in artifacts:
@@ -182,8 +193,14 @@ class TorchInductorAotBackend(Backend):
         return self._model(*args, **kwargs)
 
 
-def load_package(path: Path, device_index: int) -> Any:
-    """Load a ``.pt2`` package without torch's device-information check.
+def load_package(path: Path, device_index: int, scratch: Path | None = None) -> Any:
+    """Load a ``.pt2`` package without torch's device-information check, and never from ``path`` itself.
+
+    A package may come from a checkpoint, and torch's loader extracts members under
+    whatever names they carry, so the package is first checked and unpacked by
+    :mod:`.package_safety` into a private folder under ``scratch`` (the temp folder
+    when None); torch loads only that folder, or a clean copy of the package written
+    there. Refused packages raise ValueError naming the member.
 
     ``aoti_load_package`` first works out this machine's CPU instruction set, only to
     warn when it differs from the package's; doing so compiles half a dozen probe
@@ -192,26 +209,51 @@ def load_package(path: Path, device_index: int) -> Any:
     package loader underneath is used directly, run by :class:`PackageRunner`; the
     public function remains the fallback for a torch without that loader.
     """
+    package = unpack_package(path, scratch)
     try:
-        return PackageRunner(torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, device_index))
+        loader = _folder_loader(package.tree, device_index)
+        if loader is not None:
+            return PackageRunner(loader, keep_alive=package)
+        try:
+            return _archive_loader(package.clean_copy(), device_index)
+        finally:
+            package.remove()  # torch extracted the clean copy into a folder of its own
+    except BaseException:
+        package.remove()
+        raise
+
+
+def _folder_loader(tree: Path, device_index: int) -> Any:
+    """torch's loader reading the unpacked folder, or None for a torch whose loader reads only zip files."""
+    try:
+        return torch._C._aoti.AOTIModelPackageLoader(str(tree), "model", False, 1, device_index)
+    except (AttributeError, TypeError, ValueError, RuntimeError):
+        return None  # a real problem with the package shows again, with torch's own message, from the zip
+
+
+def _archive_loader(archive: Path, device_index: int) -> Any:
+    try:
+        return PackageRunner(torch._C._aoti.AOTIModelPackageLoader(str(archive), "model", False, 1, device_index))
     except (AttributeError, TypeError, ValueError):
         from torch._inductor import aoti_load_package
 
-        return aoti_load_package(str(path), device_index=device_index)
+        return aoti_load_package(str(archive), device_index=device_index)
 
 
 class PackageRunner:
     """Runs a loaded package: tensors flattened in the order exported, outputs rebuilt.
 
     The call's input and output tree specs are parsed once, at load, rather than on
-    every call.
+    every call. ``keep_alive`` is what the loader still reads from (the unpacked
+    folder, where CUDA kernels are loaded on first use); it goes with the runner.
     """
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: Any, keep_alive: object = None) -> None:
         import torch.utils._pytree as pytree
 
         in_spec, out_spec = loader.get_call_spec()
         self._loader = loader
+        self._keep_alive = keep_alive
         self._in_spec = pytree.treespec_loads(in_spec)
         self._out_spec = pytree.treespec_loads(out_spec)
 

@@ -19,11 +19,12 @@ import torch
 
 from aitune_core.backends.autocast import autocast, cast_outputs
 from aitune_core.backends.base import Availability, Backend, BackendConfig, BuildContext
+from aitune_core.backends.eager import floating_dtype
 from aitune_core.metadata.locator import Locator, map_leaves
 from aitune_inductor.availability import inductor_availability
 from aitune_inductor.calls import build_calls
 from aitune_inductor.compile_watch import CompileWatch
-from aitune_inductor.config_checks import check_options, options_dict
+from aitune_inductor.config_checks import check_allowed_options, check_mode, check_options, options_dict
 from aitune_inductor.dims import mark_dynamic, ranged_axes
 
 
@@ -31,9 +32,12 @@ from aitune_inductor.dims import mark_dynamic, ranged_axes
 class TorchInductorJitBackendConfig(BackendConfig):
     """How ``torch.compile`` is called.
 
-    mode: a torch.compile mode ("default", "reduce-overhead", "max-autotune", ...).
+    mode: a torch.compile mode ("default", "reduce-overhead", "max-autotune", ...:
+        ``torch._inductor.list_mode_options()``).
     options: Inductor options instead of a mode (``torch._inductor.list_options()``);
-        torch.compile takes one or the other, never both.
+        torch.compile takes one or the other, never both. Only the options on
+        :data:`aitune_inductor.config_checks.INDUCTOR_OPTION_RULES` are accepted unless
+        the config is made with ``unsafe_options=True`` (never stored in checkpoints).
     fullgraph: fail the build on a graph break instead of running the pieces.
     dynamic: passed to torch.compile. None decides from the graph: axes that vary are
         marked dynamic with their tuned range, and a graph without any is compiled static.
@@ -41,16 +45,16 @@ class TorchInductorJitBackendConfig(BackendConfig):
         to the dtypes eager returns.
     """
 
-    mode: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str)))
-    options: dict[str, Any] | None = attrs.field(default=None, converter=options_dict, validator=check_options)
+    mode: str | None = attrs.field(default=None, validator=check_mode)
+    options: dict[str, Any] | None = attrs.field(
+        default=None, converter=options_dict, validator=[check_options, check_allowed_options]
+    )
     fullgraph: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     dynamic: bool | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(bool))
     )
     autocast_enabled: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
-    autocast_dtype: torch.dtype = attrs.field(
-        default=torch.float16, validator=attrs.validators.instance_of(torch.dtype)
-    )
+    autocast_dtype: torch.dtype = attrs.field(default=torch.float16, validator=floating_dtype)
 
     def __attrs_post_init__(self) -> None:
         if self.mode is not None and self.options is not None:

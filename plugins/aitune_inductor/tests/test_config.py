@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 
+from aitune_core.backends.safe_options import UnsafeOptionError
 from aitune_core.backends.state import BackendState
 from aitune_inductor import (
     TorchInductorAotBackend,
@@ -18,6 +20,7 @@ from aitune_inductor import (
     TorchInductorJitBackendConfig,
     availability,
 )
+from aitune_inductor.config_checks import INDUCTOR_OPTION_RULES, INDUCTOR_OPTIONS
 
 
 def test_mode_and_options_are_exclusive() -> None:
@@ -46,8 +49,8 @@ def test_keys_depend_on_the_config_only() -> None:
     assert TorchInductorJitBackend().key().startswith("inductor_jit-")
     assert TorchInductorAotBackend().key().startswith("inductor_aot-")
     assert TorchInductorJitBackend(mode="max-autotune").key() != TorchInductorJitBackend().key()
-    in_order = TorchInductorJitBackend(options={"a.b": 1, "c": True})
-    reordered = TorchInductorJitBackend(options={"c": True, "a.b": 1})
+    in_order = TorchInductorJitBackend(options={"cpp.threads": 1, "freezing": True})
+    reordered = TorchInductorJitBackend(options={"freezing": True, "cpp.threads": 1})
     assert in_order.key() == reordered.key()
 
 
@@ -118,3 +121,93 @@ def test_import_compiles_nothing(helpers: Any) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=helpers.env_with_sources()
     )
     assert completed.stdout.strip().splitlines()[-1] == "[]"
+
+
+# --------------------------------------------------------------------------- allow-listed options
+DANGEROUS_OPTIONS = [
+    ("cpp.cxx", "g++", "it names a program"),
+    ("cpp.enable_floating_point_contract_flag", "off -wrapper sh", "compiler's command line"),
+    ("cpp.march", "native", "compiler's command line"),
+    ("aot_inductor.compile_wrapper_opt_level", "O3", "compiler's command line"),
+    ("aot_inductor.output_path", "/tmp/out.so", "it names a path"),
+    ("aot_inductor.custom_op_libs", "libx.so", "library"),
+    ("trace.debug_dir", "/tmp", "it names a directory"),
+    ("cuda.cutlass_dir", "/tmp", "it names a directory"),
+    ("cutlass.cutlass_hash_with_compile_cmd", True, "it is a command"),
+    ("post_grad_custom_post_pass", "os.system", "custom pass"),
+    ("custom_partitioner_fn", "os.system", "callable"),
+    ("inductor_choices_class", "os.system", "class"),
+    ("debug", True, "not on the list"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "why"), DANGEROUS_OPTIONS, ids=[key for key, _, _ in DANGEROUS_OPTIONS])
+@pytest.mark.parametrize("field", ["options", "inductor_configs"])
+def test_options_off_the_allow_list_are_refused_naming_the_key(key: str, value: Any, why: str, field: str) -> None:
+    assert key in torch._inductor.list_options()
+    config_class = TorchInductorJitBackendConfig if field == "options" else TorchInductorAotBackendConfig
+    with pytest.raises(UnsafeOptionError, match=rf"{field}\['{re.escape(key)}'\] is not an allowed Inductor option: "):
+        config_class(**{field: {key: value}})
+    with pytest.raises(UnsafeOptionError, match=f"{re.escape(why)}.*unsafe_options=True"):
+        config_class(**{field: {key: value}})
+
+
+def test_the_allow_list_holds_only_safe_options_of_this_torch() -> None:
+    installed = set(torch._inductor.list_options())
+    for key in INDUCTOR_OPTION_RULES:
+        assert key in installed, f"{key} is not an Inductor option of torch {torch.__version__}"
+        assert INDUCTOR_OPTIONS.refusal(key).startswith("it is not on the list"), f"{key} looks unsafe"
+    for forbidden in ("cpp.cxx", "cpp.enable_floating_point_contract_flag", "aot_inductor.output_path"):
+        assert forbidden not in INDUCTOR_OPTION_RULES
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_autotune": "yes"}, r"options\['max_autotune'\] must be True or False"),
+        ({"cpp.threads": True}, r"options\['cpp.threads'\] must be a whole number from -1"),
+        ({"cpp.simdlen": 4096}, r"options\['cpp.simdlen'\] must be a whole number from 0 to 1024"),
+        ({"max_autotune_gemm_search_space": "ALL"}, r"must be one of 'DEFAULT', 'EXHAUSTIVE'"),
+    ],
+)
+def test_allowed_options_have_typed_values(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(UnsafeOptionError, match=message):
+        TorchInductorJitBackendConfig(options=options)
+
+
+def test_mode_must_be_one_of_torch_compiles_modes() -> None:
+    for mode in torch._inductor.list_mode_options():
+        assert TorchInductorJitBackendConfig(mode=mode).mode == mode
+    with pytest.raises(ValueError, match="mode must be None or one of default"):
+        TorchInductorJitBackendConfig(mode="fastest")
+    with pytest.raises(ValueError, match="mode must be None or one of"):
+        TorchInductorJitBackendConfig(mode=1)  # type: ignore[arg-type]
+
+
+def test_unsafe_options_in_code_are_used_but_never_loaded() -> None:
+    backend = TorchInductorJitBackend(options={"cpp.cxx": "clang++"}, unsafe_options=True)
+    assert backend.config.options == {"cpp.cxx": "clang++"}
+    data = json.loads(json.dumps(backend.to_dict()))
+    assert "unsafe_options" not in data["config"]
+    assert backend.key() != TorchInductorJitBackend(options={"cpp.cxx": "g++"}, unsafe_options=True).key()
+    with pytest.raises(ValueError, match=r"options\['cpp.cxx'\] is not an allowed Inductor option"):
+        TorchInductorJitBackend.from_dict(data)
+    aot = TorchInductorAotBackend(inductor_configs={"aot_inductor.output_path": "/x"}, unsafe_options=True)
+    aot_data = {**json.loads(json.dumps(aot.to_dict())), "artifacts": {"package": "/nowhere/inductor-aot.pt2"}}
+    with pytest.raises(ValueError, match=r"inductor_configs\['aot_inductor.output_path'\]"):
+        TorchInductorAotBackend.from_dict(aot_data)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"fullgraph": "yes"}, "expected true or false, got str 'yes' @ config.fullgraph"),
+        ({"dynamic": 1}, "expected true or false, got int 1 @ config.dynamic"),
+        ({"mode": ["default"]}, "expected a string, got list"),
+        ({"autocast_dtype": "torch.int32"}, "autocast_dtype"),
+        ({"options": {"cpp.threads": "4"}}, r"options\['cpp.threads'\] must be a whole number"),
+    ],
+)
+def test_stored_configs_of_the_wrong_type_are_refused(config: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TorchInductorJitBackend.from_dict({"config": config})

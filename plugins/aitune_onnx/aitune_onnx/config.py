@@ -12,7 +12,9 @@ from typing import Any
 import attrs
 
 from aitune_core.backends.base import BackendConfig
+from aitune_core.backends.safe_options import allowed_options
 from aitune_onnx.export import EXPORTERS, EXTERNAL_DATA, ExportConfig
+from aitune_onnx.provider_options import provider_allow_list
 
 PROVIDERS = ("cpu", "cuda", "tensorrt")
 OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "layout", "all")
@@ -38,7 +40,9 @@ class ONNXRuntimeBackendConfig(BackendConfig):
     provider: the execution provider: ``"cpu"``, ``"cuda"`` or ``"tensorrt"`` (the
         latter two need ``onnxruntime-gpu`` and a CUDA device; TensorRT falls back to
         CUDA, and both to the CPU, for nodes they do not take).
-    provider_options: options of that provider, as ONNX Runtime documents them.
+    provider_options: options of that provider, as ONNX Runtime documents them; only
+        those in :mod:`aitune_onnx.provider_options` unless the config is made with
+        ``unsafe_options=True`` (never stored in checkpoints).
     graph_optimization_level: ``"disable"``, ``"basic"``, ``"extended"``, ``"layout"``
         or ``"all"`` (ONNX Runtime's ``GraphOptimizationLevel``).
     intra_op_num_threads: threads inside one operator; None uses as many as torch
@@ -56,7 +60,9 @@ class ONNXRuntimeBackendConfig(BackendConfig):
     """
 
     provider: str = attrs.field(default="cpu", validator=attrs.validators.in_(PROVIDERS))
-    provider_options: dict[str, str] | None = attrs.field(default=None, converter=_string_dict)
+    provider_options: dict[str, str] | None = attrs.field(
+        default=None, converter=_string_dict, validator=allowed_options(provider_allow_list)
+    )
     graph_optimization_level: str = attrs.field(default="all", validator=attrs.validators.in_(OPTIMIZATION_LEVELS))
     intra_op_num_threads: int | None = attrs.field(default=None, validator=_non_negative)
     inter_op_num_threads: int = attrs.field(default=0, validator=_non_negative)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,6 +43,7 @@ def encode_ao_config(value: Any) -> dict[str, Any] | None:
             raise ValueError(
                 f"a stored torchao config is a dict with '_type' and '_data' (torchao's config_to_dict), got {stored!r}"
             )
+        check_stored_ao_config(stored)
         return stored
     if not type(value).__module__.startswith("torchao."):
         raise TypeError(
@@ -70,6 +72,57 @@ def encode_ao_config(value: Any) -> dict[str, Any] | None:
             f"(stored {data['_data']!r}); aitune never pickles configs, so it cannot be checkpointed"
         )
     return data
+
+
+def check_stored_ao_config(data: Mapping[str, Any]) -> None:
+    """Refuse stored data whose ``_type`` names anything but a torchao config class.
+
+    ``config_from_dict`` looks ``_type`` up with ``getattr`` on torchao's modules and
+    calls what it finds, and those modules also hold functions (``quantize_``) and
+    imported modules. Stored data comes from checkpoints, so every ``_type`` in it must
+    name a class (an ``AOBaseConfig`` at the top), or ``torch.dtype`` with a dtype's name.
+    """
+    from torchao.core.config import AOBaseConfig
+
+    top = _stored_class(data["_type"], "ao_config['_type']")
+    if not issubclass(top, AOBaseConfig):
+        raise ValueError(f"ao_config['_type'] must name a torchao AOBaseConfig class, got {data['_type']!r}")
+    _check_nested(data["_data"], "ao_config['_data']")
+
+
+def _stored_class(name: object, where: str) -> type:
+    import importlib
+
+    from torchao.core.config import ALLOWED_AO_MODULES
+
+    if isinstance(name, str) and name.isidentifier():
+        for module_name in ALLOWED_AO_MODULES:  # the search config_from_dict makes: the first hit wins
+            try:
+                found = getattr(importlib.import_module(module_name), name)
+            except (ImportError, AttributeError):
+                continue
+            if isinstance(found, type):
+                return found
+            break
+    raise ValueError(f"{where} must name a class of torchao's config modules, got {name!r}")
+
+
+def _check_nested(value: Any, where: str) -> None:
+    if isinstance(value, Mapping) and "_type" in value and "_data" in value:
+        if value["_type"] == "torch.dtype":
+            import torch
+
+            if not isinstance(value["_data"], str) or not isinstance(getattr(torch, value["_data"], None), torch.dtype):
+                raise ValueError(f"{where} must name a torch dtype, got {value['_data']!r}")
+            return
+        _stored_class(value["_type"], f"{where}['_type']")
+        _check_nested(value["_data"], f"{where}['_data']")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_nested(item, f"{where}[{key!r}]")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_nested(item, f"{where}[{index}]")
 
 
 def decode_ao_config(data: Mapping[str, Any]) -> Any:
@@ -128,8 +181,10 @@ def _compile_mode(_instance: object, _attribute: object, value: str | None) -> N
 
 
 def _tolerance(_instance: object, attribute: attrs.Attribute[float | None], value: float | None) -> None:
-    if value is not None and not value >= 0:
-        raise ValueError(f"{attribute.name} must be a non-negative number, got {value!r}")
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise ValueError(f"{attribute.name} must be a non-negative number (and finite), got {value!r}")
 
 
 @attrs.frozen
@@ -148,10 +203,12 @@ class TorchAOBackendConfig(BackendConfig):
         preset's (5e-2 for the int8 presets). A strategy's ``tolerances`` still override them.
     """
 
-    preset: str | None = None
+    preset: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
+    )
     ao_config: dict[str, Any] | None = attrs.field(default=None, converter=encode_ao_config)
     modules: ModuleFilter = attrs.field(factory=ModuleFilter, converter=_module_filter)
-    compile: bool = False
+    compile: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     compile_mode: str | None = attrs.field(default=None, validator=_compile_mode)
     atol: float | None = attrs.field(default=None, validator=_tolerance)
     rtol: float | None = attrs.field(default=None, validator=_tolerance)

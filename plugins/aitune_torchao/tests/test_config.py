@@ -128,3 +128,52 @@ def test_tolerances_widen_with_the_preset_and_yield_to_the_config_and_the_strate
     assert tight.for_dtype(torch.float32) == ait.Tolerance(atol=1e-6, rtol=0.0)
     strategy = ait.Tolerances({torch.float32: ait.Tolerance(1e-3, 1e-3)})
     assert int8.merged(strategy).for_dtype(torch.float32) == ait.Tolerance(1e-3, 1e-3)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error"),
+    [
+        ({"compile": 1}, "'compile' must be <class 'bool'>"),
+        ({"preset": 8}, "'preset' must be <class 'str'>"),
+        ({"atol": float("inf")}, "atol must be a non-negative number"),
+        ({"rtol": True}, "rtol must be a non-negative number"),
+        ({"ao_config": {"_type": "quantize_", "_data": {}}}, "must name a class of torchao's config modules"),
+        ({"ao_config": {"_type": "PerTensor", "_data": {}}}, "must name a torchao AOBaseConfig class"),
+        (
+            {"ao_config": {"_type": "Int8WeightOnlyConfig", "_data": {"granularity": {"_type": "torch", "_data": {}}}}},
+            r"ao_config\['_data'\]\['granularity'\]\['_type'\] must name a class",
+        ),
+        (
+            {
+                "ao_config": {
+                    "_type": "Int8WeightOnlyConfig",
+                    "_data": {"dtype": {"_type": "torch.dtype", "_data": "load"}},
+                }
+            },
+            "must name a torch dtype, got 'load'",
+        ),
+    ],
+)
+def test_fields_and_stored_torchao_configs_are_checked(overrides: dict[str, Any], error: str) -> None:
+    """A stored ``_type`` is looked up on torchao's modules and called, so it must name a config class."""
+    with pytest.raises((ValueError, TypeError), match=error):
+        TorchAOBackendConfig(**overrides)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"compile": "false"}, "expected true or false, got str 'false' @ config.compile"),
+        ({"atol": "0.1"}, "expected a number, got str '0.1' @ config.atol"),
+        ({"modules": {"types": "Linear"}}, "expected a list, got str 'Linear' @ config.modules.types"),
+        ({"modules": {"include": [3]}}, r"expected a string, got int 3 @ config.modules.include\[0\]"),
+        ({"preset": None, "ao_config": {"_type": "compute_error", "_data": {}}}, "must name a class"),
+    ],
+)
+def test_stored_configs_of_the_wrong_type_are_refused(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TorchAOBackend.from_dict({"config": data, "artifacts": {}, "extra": {}})
+
+
+def test_stored_configs_read_whole_numbers_as_tolerances() -> None:
+    assert converter().structure({"atol": 1}, TorchAOBackendConfig).atol == 1.0

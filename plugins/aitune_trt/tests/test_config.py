@@ -91,3 +91,29 @@ def test_backend_with_config_and_profiles_round_trips_through_json(mlp_context: 
     assert again["config"] == data["config"]
     assert again["artifacts"] == data["artifacts"]
     assert again["extra"] == data["extra"]
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"precision": "int4"}, "precision"),
+        ({"tf32": "true"}, "expected true or false, got str 'true' @ config.tf32"),
+        ({"strongly_typed": 0}, "expected true or false, got int 0 @ config.strongly_typed"),
+        ({"workspace_bytes": True}, "expected a whole number, got bool True @ config.workspace_bytes"),
+        ({"workspace_bytes": "1024"}, "expected a whole number, got str '1024' @ config.workspace_bytes"),
+        ({"optimization_level": 9}, "optimization_level must be a whole number between 0 and 5"),
+        ({"max_sample_profiles": 2.5}, "expected a whole number, got float 2.5 @ config.max_sample_profiles"),
+        ({"profiles": [{"x": {"min": [1, True], "opt": [1, 8], "max": [1, 8]}}]}, "expected a whole number"),
+        ({"exporter": 3}, "expected a string, got int 3 @ config.exporter"),
+    ],
+)
+def test_stored_configs_of_the_wrong_type_are_refused(config: dict[str, Any], message: str) -> None:
+    """A checkpoint's config is data: no field is coerced (``bool("false")`` is True) on the way in."""
+    with pytest.raises(ValueError, match=message):
+        TensorRTBackend.from_dict({"config": config, "artifacts": {}, "extra": {}})
+
+
+def test_unsafe_options_is_never_stored() -> None:
+    backend = TensorRTBackend(precision="fp16", unsafe_options=True)
+    assert "unsafe_options" not in backend.to_dict()["config"]
+    assert backend.key() == TensorRTBackend(precision="fp16").key()
