@@ -136,3 +136,11 @@ def two_inputs_context(tmp_path_factory: pytest.TempPathFactory) -> BuildContext
     return record(
         TwoInputs(), lambda b: (torch.randn(b, 8), torch.randn(2 * b, 3)), (2, 4, 8), tmp_path_factory.mktemp("two")
     )
+
+
+@pytest.fixture(autouse=True)
+def _failed_loads_change_nothing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every load that fails in these tests must leave the model exactly as it was."""
+    from aitune_core.testing.load_guard import guard_failed_loads
+
+    return guard_failed_loads(monkeypatch)

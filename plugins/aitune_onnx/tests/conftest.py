@@ -162,3 +162,11 @@ def nested_context(tmp_path_factory: pytest.TempPathFactory) -> BuildContext:
 def positive_context(tmp_path_factory: pytest.TempPathFactory) -> BuildContext:
     torch.manual_seed(0)
     return record(Positive(), lambda b: ((torch.randn(b, 5),), {}), (2, 4, 8), tmp_path_factory.mktemp("positive"))
+
+
+@pytest.fixture(autouse=True)
+def _failed_loads_change_nothing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every load that fails in these tests must leave the model exactly as it was."""
+    from aitune_core.testing.load_guard import guard_failed_loads
+
+    return guard_failed_loads(monkeypatch)

@@ -98,3 +98,11 @@ def helpers() -> type[Helpers]:
 def mlp_context(tmp_path: Path) -> BuildContext:
     torch.manual_seed(0)
     return record(SmallMLP(), lambda b: (torch.randn(b, 32),), (2, 4, 8), tmp_path / "mlp")
+
+
+@pytest.fixture(autouse=True)
+def _failed_loads_change_nothing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every load that fails in these tests must leave the model exactly as it was."""
+    from aitune_core.testing.load_guard import guard_failed_loads
+
+    return guard_failed_loads(monkeypatch)
