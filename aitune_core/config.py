@@ -45,6 +45,24 @@ def _default_executor() -> str:
     return os.environ.get("AITUNE_EXECUTOR") or "inprocess"
 
 
+_TRUE_TEXT = ("1", "true", "yes", "on")
+_FALSE_TEXT = ("", "0", "false", "no", "off")
+
+
+def _default_allow_lossy() -> bool:
+    value = os.environ.get("AITUNE_ALLOW_LOSSY", "").strip().lower()
+    if value in _TRUE_TEXT:
+        return True
+    if value in _FALSE_TEXT:
+        return False
+    raise ValueError(f"AITUNE_ALLOW_LOSSY must be 1 or 0 (or true/false, yes/no, on/off), got {value!r}")
+
+
+def _boolean(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"config.{attribute.name} must be True or False, got {value!r}")
+
+
 def _executor_choice(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     from aitune_core.executors.base import Executor
 
@@ -77,10 +95,15 @@ class Config:
         default, read from ``AITUNE_EXECUTOR`` when set), ``"subprocess"``, a name a plugin
         registers (``"ray"``), or an :class:`~aitune_core.executors.Executor` instance.
         Names are checked when tuning starts, since plugins load only then.
+    allow_lossy: let strategies try the plugins' default candidates that change the numbers
+        on purpose (quantization, reduced precision: ``Backend.lossy``). Off unless
+        ``AITUNE_ALLOW_LOSSY=1``, so that a user who asked for nothing gets eager's numbers.
+        Backends named in a strategy, and every candidate of a strategy given tolerances,
+        are tried whatever this says.
     """
 
     strict_mode: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
-    max_num_samples_stored: int = attrs.field(default=1, validator=_positive_int)
+    max_num_samples_stored: int = attrs.field(default=4, validator=_positive_int)
     max_distinct_values_per_argument: int = attrs.field(default=8, validator=_positive_int)
     cache_dir: Path = attrs.field(factory=_default_cache_dir, converter=_to_path)
     fallback: Literal["eager", "raise"] = attrs.field(default="eager", validator=_one_of("eager", "raise"))
@@ -88,6 +111,7 @@ class Config:
         default="eager", validator=_one_of("eager", "raise")
     )
     executor: str | Executor = attrs.field(factory=_default_executor, validator=_executor_choice)
+    allow_lossy: bool = attrs.field(factory=_default_allow_lossy, validator=_boolean)
 
     def reset(self) -> None:
         """Restore every setting to its default (tests and notebooks use this)."""

@@ -10,6 +10,7 @@ the data when it is shorter than the batch.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -38,15 +39,46 @@ def as_sample_list(dataset: Any) -> list[Any]:
     return samples
 
 
+MAX_BATCH_SIZE = 1 << 20
+"""The largest batch size ``tune`` accepts unless ``AITUNE_MAX_BATCH_SIZE`` allows more.
+
+Every batch is built by stacking that many samples, one Python step each, and then
+run through eager and every candidate: a million samples of even 1 KiB make a GiB per
+batch and minutes of stacking before the first call. The largest batches served in
+practice (recommendation models) stay around 10^5, so a size beyond 2^20 is almost
+always a typo (``10**9`` for ``10**3``); it is refused before any work is done rather
+than after the machine has run out of memory building it.
+"""
+
+MAX_BATCH_SIZE_VARIABLE = "AITUNE_MAX_BATCH_SIZE"
+
+
+def max_batch_size() -> int:
+    """:data:`MAX_BATCH_SIZE`, or the whole number in ``AITUNE_MAX_BATCH_SIZE``."""
+    text = os.environ.get(MAX_BATCH_SIZE_VARIABLE, "").strip()
+    if not text:
+        return MAX_BATCH_SIZE
+    if not text.isdigit() or int(text) < 1:
+        raise DatasetError(f"{MAX_BATCH_SIZE_VARIABLE} must be a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
 def check_batch_sizes(batch_sizes: Sequence[int] | None) -> list[int] | None:
+    """The batch sizes without repeats, in order; refuses what is not a size or is beyond :func:`max_batch_size`."""
     if batch_sizes is None:
         return None
     if isinstance(batch_sizes, int):
         batch_sizes = [batch_sizes]
     result: list[int] = []
+    limit = max_batch_size()
     for size in batch_sizes:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise DatasetError(f"batch sizes must be whole numbers of at least 1, got {size!r}")
+        if size > limit:
+            raise DatasetError(
+                f"batch size {size} is larger than the limit of {limit}: each batch stacks that many samples "
+                f"in memory. Use a smaller size, or set {MAX_BATCH_SIZE_VARIABLE}={size} to allow it"
+            )
         if size not in result:
             result.append(size)
     if not result:

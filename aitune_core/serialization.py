@@ -149,7 +149,54 @@ def structure_config(data: Any, cl: type[T]) -> T:
         raise ConfigDataError(f"the stored {cl.__name__} is invalid: {details}") from error
 
 
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def json_problem(value: Any, path: str) -> str | None:
+    """Where ``value`` stops being JSON data (what ``json.dumps`` takes without ``default``), or None."""
+    if isinstance(value, _JSON_SCALARS):
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, _JSON_SCALARS):
+                return f"{path} has a key of type {type(key).__qualname__} ({key!r:.60})"
+            found = json_problem(item, f"{path}[{key!r}]")
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            found = json_problem(item, f"{path}[{index}]")
+            if found:
+                return found
+        return None
+    return f"{path} is a {type(value).__module__}.{type(value).__qualname__} ({_short(value)})"
+
+
+def _short(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:
+        text = "unprintable"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class UnstableDataError(TypeError):
+    """Data given to :func:`stable_hash` that is not JSON, so it has no stable text to hash."""
+
+
 def stable_hash(data: Any, length: int = 12) -> str:
-    """A short hash of JSON-ready data that does not change between runs or machines."""
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    """A short hash of JSON data that does not change between runs, processes or machines.
+
+    Anything but JSON data is refused: the text of other objects (``str()`` of an
+    object shows its address) differs from one process to the next, and so would every
+    key and folder name made from it.
+    """
+    problem = json_problem(data, "data")
+    if problem:
+        raise UnstableDataError(
+            f"cannot make a stable key: {problem}, which is not JSON data; a backend config field of this type "
+            "needs hooks in the converter (the aitune_extend_converter plugin hook)"
+        )
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:length]

@@ -8,6 +8,12 @@
 
 Where each candidate is built, validated and profiled is the executor's choice
 (``executor=`` or ``config.executor``); the executor lives for one ``tune`` call.
+
+The user's modules come back as they were given: a module in training mode is refused
+at its first call, before it runs; every module's training flags are restored when
+``tune`` returns, raises or is interrupted; and each module's candidates run inside one
+:class:`~aitune_core.guard.ModuleGuard`, whose copy of the weights is made at the
+module's first candidate step and dropped when the module is tuned.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from aitune_core.context import BATCH_SIZE_KEY, global_context
 from aitune_core.data import check_batch_sizes, samples_generator
 from aitune_core.executors.base import Executor
 from aitune_core.executors.registry import resolve_executor
+from aitune_core.guard import ModuleGuard, TrainingModes, refusing_training
 from aitune_core.log import get_logger
 from aitune_core.module.router import Route
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module
@@ -62,17 +69,24 @@ def tune(
         as ``"ray"``, or an Executor instance (left open for the caller to close). None
         takes ``config.executor``.
     Returns a :class:`TuneReport`; ``print`` it for the summary table.
+    Raises :class:`~aitune_core.guard.TrainingModeError` when ``func`` calls a wrapped module
+    in training mode, before that call runs.
     """
     if not callable(func):
         raise TypeError(f"func must be callable (a model or a function calling it), got {type(func).__name__}")
     sizes = check_batch_sizes(batch_sizes)
-    # Resolved before gathering, so a misspelt or missing executor fails before any work is done.
-    chosen, owned = resolve_executor(executor if executor is not None else config.executor)
+    wrapped = list(MODULE_REGISTRY.modules.values())
+    modes = TrainingModes(m for module in wrapped for m in (module, *module.module.modules()))
     try:
-        return _tune(func, dataset, sizes, max_num_batches_per_batch_size, device, dry_run, strategy, chosen)
+        # Resolved before gathering, so a misspelt or missing executor fails before any work is done.
+        chosen, owned = resolve_executor(executor if executor is not None else config.executor)
+        try:
+            return _tune(func, dataset, sizes, max_num_batches_per_batch_size, device, dry_run, strategy, chosen)
+        finally:
+            if owned:
+                chosen.close()
     finally:
-        if owned:
-            chosen.close()
+        modes.restore()
 
 
 def _tune(
@@ -110,7 +124,8 @@ def _tune(
         if device is not None:
             for module in modules:
                 _move_to(module, target, log)
-        calls = _gather(func, dataset, sizes, max_num_batches_per_batch_size, target, log)
+        with refusing_training((module.name, module, module.module) for module in modules):
+            calls = _gather(func, dataset, sizes, max_num_batches_per_batch_size, target, log)
     except BaseException:
         for module in modules:
             module.restore(previous[module.name])
@@ -169,10 +184,12 @@ def _move_to(module: Module, device: torch.device, log: Any) -> None:
 def _gather(
     func: Callable[..., Any], dataset: Any, sizes: list[int] | None, limit: int | None, device: torch.device, log: Any
 ) -> int:
+    from aitune_core.module.wrapper import recording_session
     from aitune_core.validation.inputs import to_device
 
     count = 0
-    with torch.no_grad():
+    # Only this run's calls are recorded: other threads using the modules meanwhile are not tuning data.
+    with torch.no_grad(), recording_session():
         for batch_size, args, kwargs in samples_generator(dataset, sizes, limit):
             args, kwargs = to_device((args, kwargs), device)
             with global_context:
@@ -198,6 +215,22 @@ def _tune_module(
     module: Module, strategy: TuneStrategy, device: torch.device, report: TuneReport, executor: Executor
 ) -> dict[Hashable, Route]:
     log = get_logger(module=module.name)
+    guard = ModuleGuard(module.module, module.name, log=log)
+    try:
+        return _tune_graphs(module, strategy, device, report, executor, guard, log)
+    finally:
+        guard.release()
+
+
+def _tune_graphs(
+    module: Module,
+    strategy: TuneStrategy,
+    device: torch.device,
+    report: TuneReport,
+    executor: Executor,
+    guard: ModuleGuard,
+    log: Any,
+) -> dict[Hashable, Route]:
     routes: dict[Hashable, Route] = {}
     graphs = list(module.graphs.values())
     for index, record in enumerate(graphs, start=1):
@@ -215,7 +248,7 @@ def _tune_module(
         cache_dir = config.cache_dir / module.name / graph.name
         with torch.no_grad():
             backend = strategy.tune(
-                module.module, module.name, graph, record.samples, device, cache_dir, module.signature, executor
+                module.module, module.name, graph, record.samples, device, cache_dir, module.signature, executor, guard
             )
         graph_report = GraphReport(module.name, graph.name, type(strategy).__name__, list(strategy.results))
         report.graphs.append(graph_report)

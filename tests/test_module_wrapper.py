@@ -95,6 +95,7 @@ def test_stored_samples_are_cpu_copies(unique_name: Name, at_batch: Call) -> Non
 
 
 def test_keeps_at_most_max_num_samples_stored_per_graph(unique_name: Name, at_batch: Call) -> None:
+    ait.config.max_num_samples_stored = 1
     module = ait.Module(Mlp(), unique_name("mlp"))
     for batch in (1, 2, 3):
         at_batch(module, batch, torch.randn(batch, 4))

@@ -156,6 +156,17 @@ class Backend(abc.ABC):
         """Tolerances this backend needs against eager; quantizing backends widen them."""
         return Tolerances()
 
+    @property
+    def lossy(self) -> bool:
+        """Whether this config changes the numbers on purpose (quantization, reduced precision).
+
+        Users who did not ask for different numbers must not get them, so a lossy
+        default candidate is tried only when the user opts in: by naming it, with
+        ``config.allow_lossy``, or by giving the strategy tolerances. Answer from the
+        config alone, without building: the decision is made before anything is built.
+        """
+        return False
+
     def blueprint(self: B) -> B:
         """A fresh, unbuilt copy with the same config: what strategies build."""
         return type(self)(self.config)

@@ -42,6 +42,11 @@ class TorchEagerBackend(Backend):
     def is_jit(self) -> bool:
         return True
 
+    @property
+    def lossy(self) -> bool:
+        """Autocast computes in a narrower dtype than the module's own."""
+        return bool(self.config.autocast_enabled)  # type: ignore[attr-defined]
+
     def _build(self, context: BuildContext) -> None:
         self._module = context.module
 

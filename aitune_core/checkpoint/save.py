@@ -3,6 +3,11 @@
 Everything is written into a staging sibling first and swapped into place at the end
 (see :mod:`aitune_core.checkpoint.staging` for what is atomic where), so a crash or a
 kill at any point leaves a complete checkpoint at the path: the previous one or the new.
+
+Artifacts are copied as they were validated: a backend sealed when its candidate passed
+(:mod:`aitune_core.backends.artifacts`) has each file hashed again while it is copied,
+and a file that changed since is refused. Every error names the module, the graph and
+the backend it concerns.
 """
 
 from __future__ import annotations
@@ -16,12 +21,16 @@ from typing import Any
 from torch import nn
 
 from aitune_core._version import __version__
+from aitune_core.backends.artifacts import copy_hashed, seal_of
+from aitune_core.backends.persistable import NotPersistableError, check_persistable
 from aitune_core.checkpoint import staging
 from aitune_core.checkpoint.archive import pack
 from aitune_core.checkpoint.files import add_file, save_tensors
+from aitune_core.checkpoint.load_plan import about
 from aitune_core.checkpoint.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
+    ArtifactRef,
     BackendEntry,
     CheckpointError,
     GraphEntry,
@@ -100,14 +109,17 @@ def _write_contents(modules: list[tuple[str, Module]], root: Path) -> Manifest:
     distributions: dict[str, str] = {}
     for index, (model_path, module) in enumerate(modules):
         folder = f"modules/{index}"
-        save_tensors(module.module.state_dict(), root / folder / "weights.pt")
-        weights = add_file(root, f"{folder}/weights.pt")
+        with about(module.name):
+            save_tensors(module.module.state_dict(), root / folder / "weights.pt")
+            weights = add_file(root, f"{folder}/weights.pt")
         graphs = []
         for record in module.graphs.values():
             route = module.routes.get(record.spec.key)
             if route is None:
                 continue
-            entry = _graph_entry(root, f"{folder}/graphs/{record.spec.name}", record, route.backend, distributions)
+            entry = _graph_entry(
+                root, f"{folder}/graphs/{record.spec.name}", record, route.backend, distributions, module.name
+            )
             entry.eager_up_to = route.eager_up_to
             graphs.append(entry)
         entries.append(ModuleEntry(module.name, model_path, weights, graphs))
@@ -120,42 +132,73 @@ def _write_contents(modules: list[tuple[str, Module]], root: Path) -> Manifest:
     )
 
 
-def _graph_entry(root: Path, folder: str, record: Any, backend: Any, distributions: dict[str, str]) -> GraphEntry:
-    data = backend.to_dict()
-    artifacts = {}
-    for name, source in data.get("artifacts", {}).items():
-        source = Path(source)
-        if not source.is_file():
+def _graph_entry(
+    root: Path, folder: str, record: Any, backend: Any, distributions: dict[str, str], module_name: str = ""
+) -> GraphEntry:
+    """The manifest entry of one graph, its artifacts and samples written under ``root/folder``.
+
+    Any error names the module, the graph and the backend.
+    """
+    with about(module_name, record.spec.name, backend.describe()):
+        try:
+            data = check_persistable(backend)
+        except NotPersistableError as error:
+            raise CheckpointError(str(error)) from None
+        artifacts = _write_artifacts(root, folder, backend, data.get("artifacts", {}))
+        distribution, version = backend_origin(type(backend).name)
+        distributions[distribution] = version
+        entry = GraphEntry(
+            spec=GraphSpecData.of(record.spec),
+            backend=BackendEntry(
+                name=type(backend).name,
+                distribution=distribution,
+                version=version,
+                config=data.get("config", {}),
+                state=backend.state.name,
+                is_jit=backend.is_jit,
+                description=backend.describe(),
+                artifacts=artifacts,
+                extra=data.get("extra", {}),
+            ),
+        )
+        encoded = encode_samples(record.samples)
+        if isinstance(encoded, str):
+            entry.samples_note = encoded
+        else:
+            tensors, trees = encoded
+            save_tensors(tensors, root / folder / "samples.pt")
+            entry.samples = add_file(root, f"{folder}/samples.pt")
+            entry.sample_trees = trees
+        return entry
+
+
+def _write_artifacts(root: Path, folder: str, backend: Any, declared: dict[str, Any]) -> dict[str, ArtifactRef]:
+    """Copy each artifact into the checkpoint, hashing the bytes copied.
+
+    A backend sealed when its candidate passed (:mod:`aitune_core.backends.artifacts`)
+    must declare the very artifacts it was validated with, and each file must still
+    hold the bytes it held then; anything else is refused, naming both hashes.
+    """
+    artifact_seal = seal_of(backend)
+    if artifact_seal is not None and set(declared) != set(artifact_seal.artifacts):
+        raise CheckpointError(
+            f"it declares artifacts {sorted(declared)}, but was validated with {sorted(artifact_seal.artifacts)}; "
+            "a backend must not change its artifacts after it passed"
+        )
+    refs = {}
+    native = backend.native_artifacts()
+    for name, source in declared.items():
+        relative = f"{folder}/artifacts/{name}/{Path(source).name}"
+        sha256, size = copy_hashed(Path(source), root / relative)
+        sealed = artifact_seal.artifacts[name] if artifact_seal is not None else None
+        if sealed is not None and (sha256 != sealed.sha256 or size != sealed.size):
             raise CheckpointError(
-                f"backend {backend.describe()} declares artifact {name!r} at {source}, which is not a file"
+                f"artifact {name!r} at {source} changed after the candidate was validated: it now has sha256 "
+                f"{sha256} ({size} bytes), the validated file had sha256 {sealed.sha256} ({sealed.size} bytes); "
+                "something wrote into the build folder since; tune again to save what was validated"
             )
-        artifacts[name] = add_file(root, f"{folder}/artifacts/{name}/{source.name}", source)
-        artifacts[name].native = name in backend.native_artifacts()
-    distribution, version = backend_origin(type(backend).name)
-    distributions[distribution] = version
-    entry = GraphEntry(
-        spec=GraphSpecData.of(record.spec),
-        backend=BackendEntry(
-            name=type(backend).name,
-            distribution=distribution,
-            version=version,
-            config=data.get("config", {}),
-            state=backend.state.name,
-            is_jit=backend.is_jit,
-            description=backend.describe(),
-            artifacts=artifacts,
-            extra=data.get("extra", {}),
-        ),
-    )
-    encoded = encode_samples(record.samples)
-    if isinstance(encoded, str):
-        entry.samples_note = encoded
-    else:
-        tensors, trees = encoded
-        save_tensors(tensors, root / folder / "samples.pt")
-        entry.samples = add_file(root, f"{folder}/samples.pt")
-        entry.sample_trees = trees
-    return entry
+        refs[name] = ArtifactRef(relative, sha256, size, native=name in native)
+    return refs
 
 
 def _replace(source: Path, target: Path) -> None:

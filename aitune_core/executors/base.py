@@ -25,6 +25,15 @@ if TYPE_CHECKING:
     from aitune_core.strategies.candidates import CandidateResult, GraphSession
 
 
+DEFAULT_TIMEOUT_S = 600.0
+"""The time limit of one candidate run outside this process, unless the executor is given another.
+
+Long enough for the builds of models up to a few GB (Inductor compiles take seconds to
+minutes, TensorRT engines minutes); short enough that a hung compiler costs ten minutes,
+not the half hour it used to. Pass ``timeout_s`` for larger models.
+"""
+
+
 class ExecutorError(RuntimeError):
     """An executor cannot be chosen or cannot run the graph at all (not one candidate's failure)."""
 

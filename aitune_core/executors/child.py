@@ -10,6 +10,11 @@ graph open between them: the module is loaded once, and eager's outputs and timi
 are computed once, so every candidate on the worker is compared with the same eager
 numbers. Only the latest graph is kept, so a worker holds one module at a time.
 
+Every step runs inside the session's module guard, exactly as in-process: a candidate
+that changes the module it was shipped fails at that step with the same reason, and
+the worker's module is put back from the guard's copy before the next candidate (or,
+if it cannot be, loaded again from the payload).
+
 Only the standard library is imported before the memory limit is set, so that the
 limit covers torch and everything a backend loads. The child writes its result and
 leaves with ``os._exit``: compiler worker pools and atexit handlers of a backend
@@ -49,7 +54,7 @@ def _session(payload: GraphPayload, graph_id: str, cache_dir: Path, log: Any) ->
         session = payload.open(cache_dir, log)
         if graph_id:
             _open_graph = (graph_id, session)
-    session.cache_dir, session.log = cache_dir, log
+    session.cache_dir, session.log, session.guard.log = cache_dir, log, log
     return session
 
 
@@ -62,8 +67,11 @@ def run_payload(payload: GraphPayload, candidate: dict[str, Any], cache_dir: Pat
     import torch
 
     from aitune_core.executors.payload import CandidateRecord, backend_from_ref, worker_id
+    from aitune_core.guard import ModuleRestoreError
     from aitune_core.log import capture, get_logger
     from aitune_core.strategies.candidates import CandidateResult, release, run_candidate
+
+    global _open_graph
 
     worker = worker_id()
     label = candidate.get("label", "")
@@ -81,14 +89,18 @@ def run_payload(payload: GraphPayload, candidate: dict[str, Any], cache_dir: Pat
         result = CandidateResult(label or blueprint.describe(), "failed", key=blueprint.key(), blueprint=blueprint)
         backend_log = log.bind(backend=result.backend)
         with torch.no_grad():
-            run_candidate(
-                session,
-                blueprint,
-                result,
-                list(candidate["profile_at"]),
-                correctness_check=bool(candidate.get("correctness_check", True)),
-                log=backend_log,
-            )
+            try:
+                run_candidate(
+                    session,
+                    blueprint,
+                    result,
+                    list(candidate["profile_at"]),
+                    correctness_check=bool(candidate.get("correctness_check", True)),
+                    log=backend_log,
+                )
+            except ModuleRestoreError as error:  # the module here is damaged: the next candidate loads it anew
+                _open_graph = None
+                result.status, result.stage, result.reason = "failed", session.guard.changed_steps[-1], str(error)
             if result.status == "passed" and candidate.get("measure_eager"):
                 if _plain_eager(blueprint):  # its own timings are eager's: no need to time eager again
                     for size, measurement in zip(candidate["profile_at"], result.sweep, strict=True):

@@ -37,6 +37,7 @@ import attrs
 import cattrs
 import torch
 
+from aitune_core.backends.artifacts import seal_of
 from aitune_core.checkpoint.samples import decode_samples, encode_samples
 from aitune_core.checkpoint.specs import GraphSpecData
 from aitune_core.graphs.forward_signature import ForwardSignature
@@ -218,7 +219,8 @@ class CandidateRecord:
     """A candidate's result as plain data: what a worker sends back.
 
     backend: the built backend's ``to_dict()`` (artifact paths as strings) plus
-        ``"is_jit"``, when it passed; what restores it in the tuning process.
+        ``"is_jit"`` and ``"seal"`` (each artifact's sha256 and size when it passed), when
+        it passed; what restores it in the tuning process.
     """
 
     status: str
@@ -264,6 +266,9 @@ class CandidateRecord:
                 data = backend.to_dict()
                 data["artifacts"] = {name: str(path) for name, path in data.get("artifacts", {}).items()}
                 record.backend = {**data, "is_jit": backend.is_jit}
+                artifact_seal = seal_of(backend)
+                if artifact_seal is not None:  # what the worker validated: the winner is checked against it here
+                    record.backend["seal"] = artifact_seal.to_data()
         if record.status == "failed" and looks_out_of_memory(record.reason):
             record.reason = f"out of memory: {record.reason}"
         return record

@@ -14,7 +14,9 @@ share this machine's disk, how to bring a winner's artifacts back
   with the same log events as in-process tuning plus ``worker=pid@host``;
 * the winner is restored here: a JIT backend is rebuilt from its config, any other is
   made with ``from_dict`` from its artifacts and activated; either is then validated
-  against eager here before it serves.
+  against eager here before it serves. Those steps run inside the session's module
+  guard, as every step does in a worker, so a backend that changes the user's module
+  fails here too, and the module is put back.
 
 Nothing a worker does changes this process: the module, the plugin registry and the
 cache folder of other candidates are untouched when a worker dies.
@@ -184,29 +186,36 @@ class RemoteExecutor(Executor):
         if data is None or blueprint is None:
             raise ExecutorError(f"{result.backend} did not pass, so there is nothing to restore")
         start = time.perf_counter()
-        backend: Backend
+        guard = session.guard  # what ran in a worker is made again here, next to the user's own module
         if data.get("is_jit"):
             # A JIT backend is code compiled in its worker's memory: compile it again here.
             backend = blueprint.blueprint()
-            context = session.context(backend)
-            context.cache_dir.mkdir(parents=True, exist_ok=True)
-            backend.build(context)
-            how = "rebuilt from its config"
+            step, how = "build", "rebuilt from its config"
         else:
             shipment = self._shipments.get(id(session))
             fetch = shipment.fetches.get(id(result)) if shipment is not None else None
             artifacts = self.fetch_artifacts(session, result, fetch)
             backend = type(blueprint).from_dict({**data, "artifacts": artifacts})
-            context = session.context(backend)
-            context.cache_dir.mkdir(parents=True, exist_ok=True)
-            backend.activate(context)
-            how = "loaded from its artifacts"
-        if validate:
-            tolerances = backend.default_tolerances().merged(session.tolerances)
-            validation = session.reference.validate(backend, tolerances)
-            if not validation.passed:
-                release(backend)
-                raise ExecutorError(f"restored here, it no longer matches eager: {validation.reason}")
+            step, how = "activate", "loaded from its artifacts"
+        context = session.context(backend)
+        context.cache_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            with guard.step(step):
+                if step == "build":
+                    backend.build(context)
+                else:
+                    backend.activate(context)
+            if validate:
+                tolerances = backend.default_tolerances().merged(session.tolerances)
+                reference = session.reference
+                with guard.step("validation"):
+                    validation = reference.validate(backend, tolerances)
+                if not validation.passed:
+                    raise ExecutorError(f"restored here, it no longer matches eager: {validation.reason}")
+            seal_restored(backend, data, result.backend)
+        except Exception:
+            release(backend, guard)
+            raise
         session.log.info(
             "winner restored",
             backend=result.backend,
@@ -308,6 +317,29 @@ def _log_record(log: Any, record: CandidateRecord) -> None:
         # The row keeps the whole tail; the event shows its last lines, enough to see where it died.
         tail = {"log_tail": "\n".join(record.log_tail.splitlines()[-_EVENT_TAIL_LINES:])} if record.log_tail else {}
         log.warning(f"{record.stage or 'start'} failed", reason=record.reason, **tail)
+
+
+def seal_restored(backend: Backend, data: dict[str, Any], label: str) -> None:
+    """Seal a winner restored here with what its worker validated.
+
+    Its artifacts came back from the worker (the same files on a shared disk, copies
+    otherwise); they must hold the bytes the worker sealed when the candidate passed,
+    and ``save`` later checks them against that seal. A JIT backend rebuilt here has
+    files of its own build, sealed as they are now.
+    """
+    from aitune_core.backends.artifacts import ArtifactChangedError, ArtifactSeal, seal, seal_passed, verify_files
+
+    sealed = data.get("seal")
+    if data.get("is_jit") or sealed is None:
+        seal_passed(backend)
+        return
+    worker_seal = ArtifactSeal.from_data(sealed)
+    paths = {name: str(path) for name, path in backend.to_dict().get("artifacts", {}).items()}
+    try:
+        verify_files(worker_seal, paths, label)
+    except ArtifactChangedError as error:
+        raise ExecutorError(f"its artifacts are not what the worker validated: {error}") from None
+    seal(backend, worker_seal.moved(paths))
 
 
 def output_tail(path: Path, limit: int = 4000) -> str:

@@ -7,9 +7,9 @@ forked, so it shares no threads, locks or CUDA context with this process), and w
 happens to it is read from outside:
 
 * a signal becomes "killed by SIGABRT" (or SIGSEGV, ...);
-* a time limit, counted from the child's start, becomes "timed out after 30 s";
-* a memory limit (``RLIMIT_AS``, set in the child before it imports anything) makes
-  allocations fail, which becomes "out of memory";
+* a time limit, counted from the child's start, becomes "timed out after 600 s";
+* a memory limit on what the child and its helpers hold (read from ``/proc`` ten times
+  a second, see :mod:`aitune_core.executors.memory`) becomes "out of memory: held ...";
 
 each with the end of the child's log (``PYTHONFAULTHANDLER`` is on, so a native crash
 leaves the Python stack there). The other candidates and this process carry on.
@@ -21,13 +21,23 @@ AOT winner is then loaded here from its artifacts in that folder; a JIT winner i
 compiled again here. Children find modules the way this process does: its
 ``sys.path`` is their ``PYTHONPATH``.
 
+Each child leads a process group of its own, and the whole group is killed when the
+candidate ends, however it ends: compiler worker pools and helper processes a backend
+started die with it instead of holding memory for the rest of the tuning. (A helper
+that leaves the group on purpose, with ``setsid``, is out of reach.)
+
+The defaults bound what one bad candidate costs: :data:`~aitune_core.executors.base.DEFAULT_TIMEOUT_S`
+(600 s) and half of this machine's memory (or its container's), shared out among the
+workers.
+
 Costs: each child starts an interpreter and imports torch (a few seconds), and times
 eager again next to the candidate, so that the candidate's speedup compares timings
-taken in the same process. Linux and macOS; on macOS ``RLIMIT_AS`` is not enforced.
+taken in the same process. Linux and macOS; on macOS the memory limit is not enforced.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -37,11 +47,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from aitune_core.executors import memory
+from aitune_core.executors.base import DEFAULT_TIMEOUT_S
 from aitune_core.executors.child import EXIT_OUT_OF_MEMORY
 from aitune_core.executors.payload import CandidateRecord, GraphPayload, looks_out_of_memory
 from aitune_core.executors.remote import Fetch, RemoteExecutor, output_tail
@@ -64,13 +77,16 @@ class _Job:
 
 
 class SubprocessExecutor(RemoteExecutor):
-    """Runs every candidate in its own child process, with a time and an optional memory limit.
+    """Runs every candidate in its own child process, with a time and a memory limit.
 
     workers: children running at once (only strategies that try every candidate use
         more than one). With more than one, each child gets ``threads`` torch threads.
-    timeout_s: the most one child may run, start-up included; None: no limit.
-    memory_limit_mb: address space each child may use (``RLIMIT_AS``). It counts virtual
-        memory: a CUDA context alone reserves many GiB of it, so leave it unset on GPUs.
+    timeout_s: the most one child may run, start-up included; "auto": ``DEFAULT_TIMEOUT_S``
+        (600 s); None: no limit.
+    memory_limit_mb: the most host memory one child and the helpers it starts may hold
+        together (anonymous resident memory, so a CUDA context's reservations do not
+        count); over it, the child is killed. "auto": half of this machine's memory (or
+        its container's limit), divided by ``workers``; None: no limit. Linux only.
     threads: torch threads per child; default: all cores for one worker, else the cores
         shared out among the workers.
     python: the interpreter to start; default: this one.
@@ -82,16 +98,22 @@ class SubprocessExecutor(RemoteExecutor):
     def __init__(
         self,
         workers: int = 1,
-        timeout_s: float | None = 1800.0,
-        memory_limit_mb: int | None = None,
+        timeout_s: float | Literal["auto"] | None = "auto",
+        memory_limit_mb: int | Literal["auto"] | None = "auto",
         threads: int | None = None,
         python: str | None = None,
         keep_files: bool = False,
     ) -> None:
-        super().__init__(workers, timeout_s)
-        if memory_limit_mb is not None and memory_limit_mb <= 0:
-            raise ValueError(f"memory_limit_mb must be positive or None, got {memory_limit_mb!r}")
-        self.memory_limit_mb = memory_limit_mb
+        super().__init__(workers, DEFAULT_TIMEOUT_S if timeout_s == "auto" else timeout_s)
+        if memory_limit_mb == "auto":
+            memory_limit_mb = memory.default_limit_mb(workers)
+        elif memory_limit_mb is not None and (
+            isinstance(memory_limit_mb, bool) or not isinstance(memory_limit_mb, int) or memory_limit_mb <= 0
+        ):
+            raise ValueError(
+                f"memory_limit_mb must be a positive whole number, 'auto' or None, got {memory_limit_mb!r}"
+            )
+        self.memory_limit_mb: int | None = memory_limit_mb
         self.threads = threads if threads is not None else (_share_cores(workers) if workers > 1 else None)
         self.python = python or sys.executable
         self.keep_files = keep_files
@@ -107,10 +129,7 @@ class SubprocessExecutor(RemoteExecutor):
         return _Job(folder)
 
     def candidate_options(self) -> dict[str, Any]:
-        return {
-            "memory_limit_bytes": self.memory_limit_mb * 2**20 if self.memory_limit_mb else None,
-            "threads": self.threads,
-        }
+        return {"threads": self.threads}
 
     def run(self, handle: Any, candidate: dict[str, Any]) -> tuple[CandidateRecord, Fetch]:
         job: _Job = handle
@@ -130,35 +149,49 @@ class SubprocessExecutor(RemoteExecutor):
         with job.lock:
             job.children.add(child)
             if job.cancelled:
-                _kill(child)
-        timed_out = False
+                _kill_group(child)
         try:
-            code = child.wait(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill(child)
-            code = child.wait()
+            stopped = self._watch(child)
         finally:
-            with job.lock:
+            with job.lock:  # cancel() must not signal the group once the child is reaped
                 job.children.discard(child)
+            _kill_group(child)  # its helpers: compiler workers, servers, whatever it started
+            code = child.wait()
         worker = f"{child.pid}@{socket.gethostname()}"
-        if code == 0 and result_path.is_file():
+        if stopped is None and code == 0 and result_path.is_file():
             record = CandidateRecord.from_json(result_path.read_text())
             if record.status == "failed":
                 record.log_tail = output_tail(log_path) or record.log_tail
             return record, None
         tail = output_tail(log_path)
-        reason = self._reason(code, timed_out, job.cancelled, tail)
+        reason = stopped or self._reason(code, job.cancelled, tail)
         return CandidateRecord.failed(_stage_from_log(tail), reason, worker, tail), None
 
-    def _reason(self, code: int, timed_out: bool, cancelled: bool, tail: str) -> str:
-        if timed_out:
-            return f"timed out after {self.timeout_s:g} s"
+    def _watch(self, child: subprocess.Popen[bytes]) -> str | None:
+        """Wait until the child ends, or stop it at its time or memory limit and say why.
+
+        The child is left unreaped (a zombie) when it ends by itself, so that its process
+        id, and with it the process group's, cannot be reused before the group is killed.
+        """
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        limit = self.memory_limit_mb * 2**20 if self.memory_limit_mb else None
+        while not _ended(child):
+            if deadline is not None and time.monotonic() >= deadline:
+                _kill_group(child)
+                return f"timed out after {self.timeout_s:g} s"
+            if limit is not None:
+                held = memory.held_bytes(memory.group_members(child.pid))
+                if held is not None and held > limit:
+                    _kill_group(child)
+                    return f"out of memory: {memory.over_limit(held, limit)}"
+            time.sleep(memory.CHECK_INTERVAL_S)
+        return None
+
+    def _reason(self, code: int, cancelled: bool, tail: str) -> str:
         if cancelled:
             return "stopped: the strategy finished without it"
         if code == EXIT_OUT_OF_MEMORY or looks_out_of_memory(tail):
-            limit = f" (limit {self.memory_limit_mb} MiB)" if self.memory_limit_mb else ""
-            return f"out of memory{limit}"
+            return "out of memory: an allocation failed (the machine is full)"
         if code < 0:
             name = _signal_name(-code)
             return f"killed by {name}" + (" (the system may have run out of memory)" if name == "SIGKILL" else "")
@@ -169,7 +202,7 @@ class SubprocessExecutor(RemoteExecutor):
         with job.lock:
             job.cancelled = True
             for child in job.children:
-                _kill(child)
+                _kill_group(child)
 
     def unship(self, handle: Any) -> None:
         job: _Job = handle
@@ -192,13 +225,28 @@ def _child_environment() -> dict[str, str]:
     return env
 
 
-def _kill(child: subprocess.Popen[bytes]) -> None:
-    if child.poll() is not None:
-        return
+_WAITS_WITHOUT_REAPING = hasattr(os, "waitid")
+"""False on macOS before Python 3.13: there the child is reaped first and its group killed just after."""
+
+
+def _ended(child: subprocess.Popen[bytes]) -> bool:
+    """Whether the child has ended, without reaping it where the system allows that."""
+    if child.returncode is not None:
+        return True
+    if not _WAITS_WITHOUT_REAPING:
+        return child.poll() is not None
     try:
+        return os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped already
+        return True
+
+
+def _kill_group(child: subprocess.Popen[bytes]) -> None:
+    """Kill the child's process group: the child, if still running, and every helper it started."""
+    if child.returncode is not None and _WAITS_WITHOUT_REAPING:
+        return  # reaped by the final wait, after the group was killed
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # nothing left in the group
         os.killpg(child.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        child.kill()
 
 
 def _signal_name(number: int) -> str:

@@ -6,6 +6,7 @@ inputs in place; the stored sample is a CPU copy taken at the same moment.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -47,6 +48,10 @@ class GraphRecord:
         self.samples: list[Sample] = []
 
 
+class _ThreadCalls(threading.local):
+    count = 0
+
+
 class GraphRecorder:
     """Turns calls into graphs: keys them, widens their specs and keeps a few samples."""
 
@@ -64,6 +69,12 @@ class GraphRecorder:
         self._capped: set[Locator] = set()
         self._log = get_logger(module=module_name)
         self.calls = 0
+        self._thread_calls = _ThreadCalls()
+
+    @property
+    def thread_calls(self) -> int:
+        """Calls recorded by the calling thread: a tuning run counts its own, not another thread's."""
+        return self._thread_calls.count
 
     @property
     def graph_specs(self) -> list[GraphSpec]:
@@ -79,6 +90,7 @@ class GraphRecorder:
 
     def record(self, forward: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self.calls += 1
+        self._thread_calls.count += 1
         arguments = self.signature.normalize(args, kwargs)
         strict = config.strict_mode
         batch_size = current_batch_size()

@@ -8,6 +8,9 @@ integer comparisons.
 Compiled backends may not check their own bounds (an AOT Inductor package built for
 batch <= 8 happily runs batch 2000), so a shape outside the tuned range never reaches
 the backend: it goes to eager, or raises when ``config.fallback == "raise"``.
+
+Nor do they follow the module once built: see :mod:`aitune_core.module.staleness` for
+when calls go to eager because the module changed.
 """
 
 from __future__ import annotations
@@ -32,15 +35,32 @@ class _TensorCheck:
         self.batch_multipliers = tuple(multipliers.items())
 
 
+def follows_weights(backend: Any) -> bool:
+    """Whether ``backend`` runs the module's live parameters, so that new weights reach it.
+
+    A backend says so with a ``reads_live_weights`` attribute. ``is_jit`` is not enough:
+    Inductor JIT with ``freezing`` folds the weights into its code, and a JIT backend may
+    run a transformed copy. Without the attribute only the eager backend, which calls the
+    module itself, is taken to follow them.
+    """
+    declared = getattr(backend, "reads_live_weights", None)
+    if declared is not None:
+        return bool(declared)
+    from aitune_core.backends.eager import TorchEagerBackend
+
+    return isinstance(backend, TorchEagerBackend)
+
+
 class Route:
     """A graph's backend and the checks a call must pass to use it."""
 
-    __slots__ = ("backend", "batch_axis", "call", "check_batch", "checks", "eager_up_to", "graph")
+    __slots__ = ("backend", "batch_axis", "call", "check_batch", "checks", "eager_up_to", "follows_weights", "graph")
 
     def __init__(self, graph: GraphSpec, backend: Any, eager_up_to: int | None = None) -> None:
         self.graph = graph
         self.backend = backend
         self.call = backend
+        self.follows_weights = follows_weights(backend)
         self.refresh()
         self.checks = [
             _TensorCheck(locator, spec.min_shape, spec.max_shape, spec.get_batch_axis_multipliers())
@@ -72,6 +92,14 @@ class Route:
         check, axis, multiplier = self.batch_axis
         tensor = arguments[check.root] if check.root is not None else check.locator.get(arguments)
         return bool(tensor.shape[axis] // multiplier <= self.eager_up_to)
+
+    def takes_grad(self, arguments: dict[str, Any]) -> bool:
+        """Whether an input tensor requires grad (asked only while grad mode is on)."""
+        for check in self.checks:
+            tensor = arguments[check.root] if check.root is not None else check.locator.get(arguments)
+            if tensor.requires_grad:
+                return True
+        return False
 
     def mismatch(self, arguments: dict[str, Any]) -> str | None:
         """None when the call fits the tuned shapes, else why it does not."""

@@ -9,15 +9,24 @@ A wrapped module is in one of these states:
 
 * RECORDING: every call runs the original forward and is recorded into a graph;
 * TUNED: calls are routed by graph key to that graph's backend (eager for graphs
-  without a tuned backend, or calls outside the tuned shapes);
+  without a tuned backend, calls outside the tuned shapes, and calls the backends no
+  longer fit because the module changed: :mod:`aitune_core.module.staleness`);
 * INACTIVE: backends are released and calls run the original forward, unrecorded.
+
+Whatever the state, calls made inside a recording session (``tune`` gathers in one,
+:func:`recording_session`) are recorded. While a tuning run has claimed a module
+(:meth:`Module.start_recording`), calls from outside its session are not recorded: they
+run the module, or its routes if it has them, so another thread's traffic never becomes
+tuning data.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import threading
 import weakref
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -29,12 +38,18 @@ from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.log import get_logger
 from aitune_core.module.recorder import GraphRecord, GraphRecorder
 from aitune_core.module.router import Route, UnseenCalls
+from aitune_core.module.session import current_session, open_session, sessions_open
+from aitune_core.module.staleness import GRAD_CHANGE, Change, Watch
 
 
 class ModuleState(enum.Enum):
     RECORDING = "recording"
     TUNED = "tuned"
     INACTIVE = "inactive"
+
+
+# Read on every call: a module global is found in a few ns, an Enum member through its class in about 60.
+_TUNED = ModuleState.TUNED
 
 
 class UnsupportedCallError(RuntimeError):
@@ -46,23 +61,27 @@ class ModuleRegistry:
 
     def __init__(self) -> None:
         self._modules: weakref.WeakValueDictionary[str, Module] = weakref.WeakValueDictionary()
+        self._lock = threading.Lock()
 
     def add(self, module: Module) -> None:
-        existing = self._modules.get(module.name)
-        if existing is not None and existing is not module:
-            raise ValueError(
-                f"an aitune module named {module.name!r} already exists (wrapping "
-                f"{type(existing.module).__name__}); give each aitune_core.Module a unique name"
-            )
-        self._modules[module.name] = module
+        with self._lock:
+            existing = self._modules.get(module.name)
+            if existing is not None and existing is not module:
+                raise ValueError(
+                    f"an aitune module named {module.name!r} already exists (wrapping "
+                    f"{type(existing.module).__name__}); give each aitune_core.Module a unique name"
+                )
+            self._modules[module.name] = module
 
     def remove(self, module: Module) -> None:
-        if self._modules.get(module.name) is module:
-            del self._modules[module.name]
+        with self._lock:
+            if self._modules.get(module.name) is module:
+                del self._modules[module.name]
 
     @property
     def modules(self) -> dict[str, Module]:
-        return dict(self._modules)
+        with self._lock:
+            return dict(self._modules)
 
     def __len__(self) -> int:
         return len(self._modules)
@@ -77,6 +96,24 @@ _GLOBAL_BACKWARD_HOOKS = torch.nn.modules.module._global_backward_hooks
 _GLOBAL_BACKWARD_PRE_HOOKS = torch.nn.modules.module._global_backward_pre_hooks
 
 _OWN_ATTRIBUTES = frozenset({"training", "name", "strategy"})
+
+_grad_enabled = torch.is_grad_enabled
+
+
+@contextlib.contextmanager
+def recording_session() -> Iterator[None]:
+    """Record the calls this thread (or task) makes to wrapped modules until the block ends.
+
+    ``tune`` gathers inside one. Every wrapper's watch is alarmed, so that tuned modules,
+    which do not look for sessions on their routed path, record this context's calls.
+    """
+    with open_session(_alarm_all):
+        yield
+
+
+def _alarm_all() -> None:
+    for module in MODULE_REGISTRY.modules.values():
+        module._watch.alarm = True
 
 
 class Module(nn.Module):
@@ -109,7 +146,11 @@ class Module(nn.Module):
         own["_unseen"] = UnseenCalls()
         own["_warned_routes"] = set()
         own["_log"] = get_logger(module=name)
+        own["_watch"] = Watch(module)
+        own["_claims"] = set()  # threads whose tuning run has this module, see start_recording
+        own["_suspended_by"] = None  # the thread whose tuning run deactivated the routes
         MODULE_REGISTRY.add(self)
+        self.register_load_state_dict_post_hook(own["_watch"].hook())
 
     # ------------------------------------------------------------------ access
     @property
@@ -154,23 +195,27 @@ class Module(nn.Module):
             return getattr(inner, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if (
-            name in _OWN_ATTRIBUTES
-            or name.startswith("_")
-            or isinstance(value, (nn.Module, nn.Parameter))
-            or name in self._parameters
-            or name in self._buffers
-            or name in self._modules
-        ):
+        held = name in self._parameters or name in self._buffers or name in self._modules
+        if name in _OWN_ATTRIBUTES or name.startswith("_") or isinstance(value, (nn.Module, nn.Parameter)) or held:
             super().__setattr__(name, value)
+            if held or isinstance(value, (nn.Module, torch.Tensor)):
+                self._touch()
         else:
             setattr(self._inner, name, value)
 
     def __delattr__(self, name: str) -> None:
-        if name in self.__dict__ or name in self._parameters or name in self._buffers or name in self._modules:
+        held = name in self._parameters or name in self._buffers or name in self._modules
+        if name in self.__dict__ or held:
             super().__delattr__(name)
+            if held:
+                self._touch()
         else:
             delattr(self._inner, name)
+
+    def _touch(self) -> None:
+        watch = self.__dict__.get("_watch")
+        if watch is not None:
+            watch.touch()
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(dir(self._inner)))
@@ -178,6 +223,13 @@ class Module(nn.Module):
     def train(self, mode: bool = True) -> Module:
         super().train(mode)
         self._inner.training = mode
+        self._touch()
+        return self
+
+    def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> Module:
+        # .to(), .half(), .cuda() through this wrapper or a parent: the backends may no longer fit.
+        super()._apply(fn, recurse)
+        self._touch()
         return self
 
     def extra_repr(self) -> str:
@@ -200,21 +252,54 @@ class Module(nn.Module):
         return self.forward(*args, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        state = self._state
-        if state is ModuleState.TUNED:
-            arguments = self._signature.normalize(args, kwargs)
-            key = self._recorder.key(arguments, config.strict_mode)
-            route = self._routes.get(key)
-            if route is not None:
-                reason = route.mismatch(arguments)
-                if reason is None:
-                    if route.eager_up_to is not None and route.runs_eagerly(arguments):
-                        return self._inner(*args, **kwargs)
-                    return route.call(*args, **kwargs)
-                return self._fall_back(args, kwargs, ("shape", route.graph.name), reason)
-            return self._fall_back(args, kwargs, key, "this call's graph was not seen while tuning")
-        if state is ModuleState.RECORDING:
+        if self._state is not _TUNED:
+            return self._unrouted(args, kwargs)
+        watch = self._watch
+        change: Change | None = None
+        if watch.alarm or next(watch.tick) or watch.inner.training is not watch.training:
+            alarmed = watch.alarm
+            watch.alarm = False  # cleared before looking, so an alarm raised meanwhile stays raised
+            if sessions_open():
+                watch.alarm = True
+                if current_session() is not None:
+                    return self._recorder.record(self._inner, args, kwargs)
+            change = watch.check(walk=not alarmed or next(watch.tick))
+        arguments = self._signature.normalize(args, kwargs)
+        key = self._recorder.key(arguments, config.strict_mode)
+        route = self._routes.get(key)
+        if route is not None:
+            reason = route.mismatch(arguments)
+            if reason is None:
+                if route.eager_up_to is not None and route.runs_eagerly(arguments):
+                    return self._inner(*args, **kwargs)
+                if change is None or (change.kind == Change.WEIGHTS and route.follows_weights):
+                    if not _grad_enabled() or not route.takes_grad(arguments):
+                        return route.call(*args, **kwargs)
+                    change = GRAD_CHANGE
+                return self._bypass(change, args, kwargs)
+            return self._fall_back(args, kwargs, ("shape", route.graph.name), reason)
+        return self._fall_back(args, kwargs, key, "this call's graph was not seen while tuning")
+
+    def _unrouted(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A call to a module that is not routing: recorded if this is tuning's to record, else run."""
+        if current_session() is not None or (self._state is ModuleState.RECORDING and not self._claims):
             return self._recorder.record(self._inner, args, kwargs)
+        return self._inner(*args, **kwargs)
+
+    def _bypass(self, change: Change, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run a call on the original module because the backends no longer fit it; warn once per kind."""
+        released = self.__dict__.get("_weights_released")
+        if released:
+            raise UnsupportedCallError(
+                f"aitune module `{self.name}`: {change.detail}, so the call needs the original module, and "
+                f"{released}; {change.hint}"
+            )
+        watch = self._watch
+        if change.kind not in watch.warned:
+            watch.warned.add(change.kind)
+            self._log.warning(
+                "tuned backends bypassed, running the original module", change=change.detail, hint=change.hint
+            )
         return self._inner(*args, **kwargs)
 
     def _fall_back(self, args: tuple[Any, ...], kwargs: dict[str, Any], key: Hashable, reason: str) -> Any:
@@ -234,12 +319,24 @@ class Module(nn.Module):
 
     # ------------------------------------------------------------------ lifecycle
     def set_routes(self, routes: dict[Hashable, Route]) -> None:
-        """Install tuned routes (graph key -> route) and start routing calls."""
+        """Install tuned routes (graph key -> route) and start routing calls.
+
+        The module as it is now is what the routes are taken to be built for, and every
+        tuning run's claim ends. After :meth:`drop_routes` the backends of the routes
+        replaced are released; otherwise (a checkpoint loaded into the wrapper) they are
+        left as they are, so that a failed load can put them back still running.
+        """
+        replaced = self._routes if self.__dict__.pop("_replacing", False) else {}
         self.__dict__["_routes"] = dict(routes)
         self.__dict__["_unseen"] = UnseenCalls()
         for route in routes.values():
             route.refresh()
+        self._claims.clear()
+        self.__dict__["_suspended_by"] = None
+        self._watch.reset()
         self.__dict__["_state"] = ModuleState.TUNED
+        kept = {id(route.backend) for route in routes.values()}
+        self._release_backends([route for route in replaced.values() if id(route.backend) not in kept])
 
     def add_graph(self, spec: GraphSpec, samples: list[Sample]) -> None:
         """Add a graph recorded elsewhere (a checkpoint), keyed by its spec's key."""
@@ -258,37 +355,63 @@ class Module(nn.Module):
         for route in self._routes.values():
             route.eager_up_to = None
         self.__dict__["_weights_released"] = reason
+        self._watch.reset()  # the backends carry the weights; meta ones are what they are built for now
 
     def start_recording(self) -> ModuleState:
-        """Record calls again (``tune`` does this while gathering); returns the state before.
+        """Claim the module for a tuning run in this thread; returns its state, which stays as it is.
 
-        Tuned backends are kept until :meth:`drop_routes`, so a module that the gathering
-        does not reach can go back to routing with :meth:`restore`.
+        The run records the calls made in its :func:`recording_session`. While the claim
+        lasts, calls from elsewhere are not recorded: they run the module, or its routes,
+        which keep serving until :meth:`set_routes` replaces them. The claim ends with
+        :meth:`set_routes` or :meth:`restore`.
         """
-        previous: ModuleState = self._state
-        self.__dict__["_state"] = ModuleState.RECORDING
-        return previous
+        self._claims.add(threading.get_ident())
+        return self._state
 
     def restore(self, state: ModuleState) -> None:
-        """Go back to a state saved by :meth:`start_recording`."""
-        if state is ModuleState.TUNED and self._routes:
+        """End this thread's claim without new routes (nothing gathered, a dry run, a failed run).
+
+        ``state`` is what :meth:`start_recording` returned. Routes that this run deactivated
+        (while tuning other modules) serve again; nothing else changes, so a run ending
+        here never undoes what another thread's run installed.
+        """
+        me = threading.get_ident()
+        self._claims.discard(me)
+        if self._suspended_by != me:
+            return
+        self.__dict__["_suspended_by"] = None
+        if state is ModuleState.TUNED:
             self.activate()
         else:
-            self.__dict__["_state"] = state if state is not ModuleState.TUNED else ModuleState.RECORDING
+            self.__dict__["_state"] = state
 
     def drop_routes(self) -> None:
-        """Release and forget tuned backends (before tuning anew)."""
-        self._release_backends()
-        self.__dict__["_routes"] = {}
+        """Announce that new routes are coming; the current ones keep serving until then.
+
+        They are released by :meth:`set_routes` once the new ones are installed, so a
+        re-tune that fails or is interrupted leaves the module routed as it was.
+        """
+        self.__dict__["_replacing"] = True
 
     @property
     def recorded_calls(self) -> int:
-        """How many calls this module has recorded; ``tune`` uses it to see which modules ran."""
-        return self._recorder.calls
+        """Calls this thread recorded; ``tune`` compares it around gathering to see which modules ran.
+
+        Counted per thread, so a tuning run in another thread does not make this module
+        look like part of this one.
+        """
+        return self._recorder.thread_calls
 
     def deactivate(self) -> None:
-        """Release tuned backends; calls run the original module until :meth:`activate`."""
-        self._release_backends()
+        """Release tuned backends; calls run the original module until :meth:`activate`.
+
+        A tuning run deactivates the modules it claimed while it tunes another one; its
+        :meth:`restore` brings them back.
+        """
+        me = threading.get_ident()
+        if me in self._claims:
+            self.__dict__["_suspended_by"] = me
+        self._release_backends(self._routes.values())
         self.__dict__["_state"] = ModuleState.INACTIVE
 
     def activate(self) -> None:
@@ -302,11 +425,14 @@ class Module(nn.Module):
             if route.backend.state in (BackendState.INACTIVE, BackendState.CHECKPOINT_LOADED):
                 route.backend.activate()
             route.refresh()
+        self.__dict__["_suspended_by"] = None
+        self._watch.touch()  # in-place edits made while inactive fired no hook
         self.__dict__["_state"] = ModuleState.TUNED
 
-    def _release_backends(self) -> None:
+    @staticmethod
+    def _release_backends(routes: Iterable[Route]) -> None:
         from aitune_core.backends.state import BackendState
 
-        for route in self._routes.values():
+        for route in routes:
             if route.backend.state is BackendState.ACTIVE:
                 route.backend.deactivate()

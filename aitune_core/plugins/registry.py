@@ -249,6 +249,7 @@ class PluginRegistry:
             self._check_hooks(plugin)
             backends = self._call_own(plugin, "aitune_register_backends")
             classes = self._check_backends(backends)
+            self._check_config_types(plugin, classes)
             registrar = ContainerRegistrar()
             self._call_own(plugin, "aitune_register_containers", containers=registrar)
         except _Refused:
@@ -299,6 +300,24 @@ class PluginRegistry:
                 names.add(name)
                 classes.append(cls)
         return classes
+
+    def _check_config_types(self, plugin: Any, classes: list[type[Backend]]) -> None:
+        """Refuse a backend whose config has a field the converter cannot store and read back.
+
+        Checked against the core converter taught by this plugin's own
+        ``aitune_extend_converter`` hook, so a type the plugin teaches is accepted.
+        """
+        if not classes:
+            return
+        from aitune_core.backends.config_types import config_type_error, unsupported_fields
+        from aitune_core.serialization import make_converter
+
+        converter = make_converter()
+        self._call_own(plugin, "aitune_extend_converter", converter=converter)
+        for cls in classes:
+            problems = unsupported_fields(cls.config_class, converter)
+            if problems:
+                raise _Refused(config_type_error(cls, problems))
 
     def _conflicts(self, loaded: list[_Loaded]) -> list[tuple[_Loaded, str]]:
         """Plugins refused because another one claims one of their backend names."""

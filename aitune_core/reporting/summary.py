@@ -109,9 +109,30 @@ class TuneReport:
 
 
 def _reason(candidate: CandidateResult) -> str:
+    reason = candidate.reason
     if candidate.status == "selected" and candidate.eager_up_to is not None:
-        return f"eager serves batch <= {candidate.eager_up_to}, where it measured faster"
-    return candidate.reason
+        reason = f"eager serves batch <= {candidate.eager_up_to}, where it measured faster"
+    if candidate.status == "skipped" or not is_lossy(candidate):
+        return reason
+    # First, so that truncating a long reason never hides that the numbers differ.
+    note = lossy_note(candidate)
+    return f"{note}; {reason}" if reason else note
+
+
+def is_lossy(candidate: CandidateResult) -> bool:
+    """Whether the candidate's backend changes the numbers on purpose (``Backend.lossy``)."""
+    backend = candidate.instance or candidate.blueprint
+    return backend is not None and backend.lossy
+
+
+def lossy_note(candidate: CandidateResult) -> str:
+    """``lossy: max abs error 0.0029, max rel error 0.012``: how far from eager it measured."""
+    if candidate.max_abs_error is None or candidate.stage == "validation":
+        return "lossy"  # not compared with eager, or the rejection reason already gives the error
+    text = f"lossy: max abs error {candidate.max_abs_error:.3g}"
+    if candidate.max_rel_error is not None:
+        text += f", max rel error {candidate.max_rel_error:.3g}"
+    return text
 
 
 def _sweep_table(report: GraphReport) -> str:

@@ -27,6 +27,7 @@ from aitune_core.backends.eager import TorchEagerBackend
 from aitune_core.executors.base import CandidateTask, Executor, PendingCandidate
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
+from aitune_core.guard import ModuleChangedError, ModuleGuard
 from aitune_core.log import get_logger
 from aitune_core.profiling.measurement import Measurement, ProfileConfig
 from aitune_core.strategies.candidates import (  # noqa: F401 - the errors are re-exported for strategies
@@ -34,7 +35,10 @@ from aitune_core.strategies.candidates import (  # noqa: F401 - the errors are r
     CandidateRejectedError,
     CandidateResult,
     GraphSession,
+    discard,
+    failure_reason,
 )
+from aitune_core.strategies.defaults import skipped_as_lossy
 from aitune_core.validation.tolerances import Tolerances
 
 DEFAULT_PERFORMANCE_GATE = 1.01
@@ -109,19 +113,23 @@ class TuneStrategy(abc.ABC):
         cache_dir: Path,
         signature: ForwardSignature | None = None,
         executor: Executor | None = None,
+        guard: ModuleGuard | None = None,
     ) -> Backend:
         """Choose, build and return the backend for one graph (ACTIVE).
 
         executor: where candidates run; None takes ``config.executor`` for this graph only.
+        guard: watches ``module`` around every candidate step; ``tune()`` passes one per
+            module so its copy of the weights serves all the module's graphs. None: one
+            for this graph only.
         """
         if executor is not None:
-            return self._tune_graph(module, name, graph_spec, data, device, cache_dir, signature, executor)
+            return self._tune_graph(module, name, graph_spec, data, device, cache_dir, signature, executor, guard)
         from aitune_core.config import config
         from aitune_core.executors.registry import resolve_executor
 
         chosen, owned = resolve_executor(config.executor)
         try:
-            return self._tune_graph(module, name, graph_spec, data, device, cache_dir, signature, chosen)
+            return self._tune_graph(module, name, graph_spec, data, device, cache_dir, signature, chosen, guard)
         finally:
             if owned:
                 chosen.close()
@@ -136,9 +144,12 @@ class TuneStrategy(abc.ABC):
         cache_dir: Path,
         signature: ForwardSignature | None,
         executor: Executor,
+        guard: ModuleGuard | None,
     ) -> Backend:
         self.results = []
         self._candidate_count = self._candidate_index = 0
+        log = get_logger(module=name, graph=graph_spec.name, strategy=type(self).__name__)
+        own_guard = guard is None
         self.session = GraphSession(
             module=module,
             module_name=name,
@@ -149,7 +160,8 @@ class TuneStrategy(abc.ABC):
             signature=signature or ForwardSignature(module.forward),
             tolerances=self.tolerances,
             profile_config=self.profile_config,
-            log=get_logger(module=name, graph=graph_spec.name, strategy=type(self).__name__),
+            log=log,
+            guard=guard if guard is not None else ModuleGuard(module, name, log=log),
         )
         self.executor = executor
         start = time.perf_counter()
@@ -159,6 +171,8 @@ class TuneStrategy(abc.ABC):
             self._post_tune(module, name, graph_spec, data, device, cache_dir)
         finally:
             executor.end_graph(self.session)
+            if own_guard:
+                self.session.guard.release()  # the strategy outlives the graph; the copy of the weights need not
         self.session.log.info(
             "strategy finished", selected=backend.describe(), duration_s=round(time.perf_counter() - start, 3)
         )
@@ -199,22 +213,45 @@ class TuneStrategy(abc.ABC):
         """Return the tuned, ACTIVE backend for this graph; copy blueprints, never build them."""
 
     # ------------------------------------------------------------------ helpers for subclasses
-    def candidates(self, device: torch.device) -> list[Backend]:
-        """The candidates available on ``device``; unavailable ones are logged and recorded as skipped."""
-        assert self.session is not None
+    def allows_lossy(self) -> bool:
+        """Whether lossy default candidates are tried: ``config.allow_lossy``, or tolerances given here.
+
+        Tolerances given to the strategy are the user's own bound on the error, so
+        candidates that change the numbers on purpose are judged against them.
+        """
+        from aitune_core.config import config
+
+        return config.allow_lossy or bool(self.tolerances.by_dtype)
+
+    def offered(self, device: torch.device) -> list[tuple[Backend, Availability]]:
+        """Every candidate, with whether it is tried on ``device`` and, if not, why.
+
+        Backends named in the strategy are always offered, lossy or not: naming one is
+        opting in. Of the plugins' defaults, lossy ones are held back unless
+        :meth:`allows_lossy`.
+        """
         if self.backends is not None:
-            offered = [(blueprint, blueprint.availability(device)) for blueprint in self.backends]
-        else:
-            offered = _plugin_defaults(device)
+            return [(blueprint, blueprint.availability(device)) for blueprint in self.backends]
+        return _plugin_defaults(device, self.allows_lossy())
+
+    def candidates(self, device: torch.device) -> list[Backend]:
+        """The candidates available on ``device``; the others are logged and recorded as skipped."""
+        assert self.session is not None
         available = []
-        for blueprint, availability in offered:
+        for blueprint, availability in self.offered(device):
             if availability.available:
                 available.append(blueprint)
             else:
                 self.session.log.info("backend skipped", backend=blueprint.describe(), reason=availability.reason)
+                stage = "lossy" if skipped_as_lossy(availability) else "availability"
                 self.results.append(
                     CandidateResult(
-                        blueprint.describe(), "skipped", "availability", availability.reason, key=blueprint.key()
+                        blueprint.describe(),
+                        "skipped",
+                        stage,
+                        availability.reason,
+                        key=blueprint.key(),
+                        blueprint=blueprint,
                     )
                 )
         self._candidate_count = len(available)
@@ -305,10 +342,16 @@ class TuneStrategy(abc.ABC):
             return False
         return True
 
+    def discard(self, result: CandidateResult) -> None:
+        """Release a candidate that will not serve; its row fails if releasing it changed the user's module."""
+        assert self.session is not None
+        discard(result, guard=self.session.guard)
+
     def eager_fallback(self, reason: str) -> Backend:
         """Build the eager backend for this graph: the answer when no candidate qualifies."""
         assert self.session is not None
-        backend = TorchEagerBackend().build(self.session.context(TorchEagerBackend()))
+        with self.session.guard.step("build"):  # a plugin's lifecycle hook runs here too
+            backend = TorchEagerBackend().build(self.session.context(TorchEagerBackend()))
         self.results.append(
             CandidateResult("TorchEagerBackend()", "fallback", reason=reason, key=backend.key(), instance=backend)
         )
@@ -349,8 +392,9 @@ class TuneStrategy(abc.ABC):
             try:
                 result.instance = self._executor().restore(self.session, result, validate=self.correctness_check)
             except Exception as error:
-                result.status, result.stage = "failed", "restore"
-                result.reason = f"{type(error).__name__}: {error}".strip()
+                result.status = "failed"
+                result.stage = error.step if isinstance(error, ModuleChangedError) else "restore"
+                result.reason = failure_reason(error)
                 self.session.log.warning("restore failed", backend=result.backend, reason=result.reason)
                 return self.eager_fallback(f"{result.backend} won but could not be restored here")
         result.status = "selected"
@@ -385,7 +429,7 @@ def _is_plain_eager(backend: Backend | None) -> bool:
     return isinstance(backend, TorchEagerBackend) and not backend.config.autocast_enabled  # type: ignore[attr-defined]
 
 
-def _plugin_defaults(device: torch.device) -> list[tuple[Backend, Availability]]:
+def _plugin_defaults(device: torch.device, allow_lossy: bool) -> list[tuple[Backend, Availability]]:
     from aitune_core.strategies.defaults import default_backends
 
-    return default_backends(device)
+    return default_backends(device, allow_lossy)

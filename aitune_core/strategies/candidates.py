@@ -5,6 +5,11 @@ how they choose. Keeping the steps here means every strategy reports failures wi
 the same reasons and timings, which is what the summary table shows. Executors
 (:mod:`aitune_core.executors`) call :func:`run_candidate` wherever the candidate runs,
 in this process, a child process or a cluster worker, so the steps are the same there.
+
+Each step runs inside the session's :class:`~aitune_core.guard.ModuleGuard`: a step
+that changes the user's module fails the candidate at that step, and the module is
+put back. Eager's reference outputs are computed before the validation step, so that
+only the candidate's own work is checked.
 """
 
 from __future__ import annotations
@@ -17,12 +22,15 @@ from typing import Any, Literal
 import attrs
 import torch
 
+from aitune_core.backends.artifacts import seal_passed
 from aitune_core.backends.base import Backend, BuildContext
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
+from aitune_core.guard import ModuleChangedError, ModuleGuard, ModuleRestoreError
 from aitune_core.profiling.measurement import Measurement, ProfileConfig, measure
 from aitune_core.profiling.sweep import sweep_batch_sizes
 from aitune_core.validation.inputs import CallInputs, batch_call, validation_calls
+from aitune_core.validation.points import validation_points
 from aitune_core.validation.reference import EagerReference
 from aitune_core.validation.tolerances import Tolerances
 
@@ -91,7 +99,9 @@ class GraphSession:
     """The graph being tuned and what is shared by all of its candidates.
 
     The eager reference outputs and eager timings are computed once, lazily, and then
-    reused for every candidate.
+    reused for every candidate. ``guard`` watches the module around every candidate
+    step; ``tune()`` shares one between a module's graphs, so that its copy of the
+    weights is made once per module.
     """
 
     module: torch.nn.Module
@@ -106,14 +116,19 @@ class GraphSession:
     log: Any
     _reference: EagerReference | None = None
     _eager_timings: dict[int, Measurement] = attrs.field(factory=dict)
+    guard: ModuleGuard = attrs.field(
+        default=attrs.Factory(lambda self: ModuleGuard(self.module, self.module_name, log=self.log), takes_self=True)
+    )
 
     @property
     def reference(self) -> EagerReference:
         if self._reference is None:
-            calls = validation_calls(self.graph, self.samples, self.signature, self.device)
-            self._reference = EagerReference(self.module, calls)
+            points = validation_points(self.graph, self.samples)
+            self._reference = EagerReference(self.module, points, self.signature, self.device)
             for note in self._reference.skipped:
                 self.log.info("validation point skipped", note=note)
+            for note in self._reference.notes:
+                self.log.warning("weak validation reference", note=note)
         return self._reference
 
     # ------------------------------------------------------------------ batches
@@ -146,13 +161,22 @@ class GraphSession:
         return list(sweep_batch_sizes(low, max(high, up_to or high)))
 
     def context(self, backend: Backend) -> BuildContext:
+        """A build context whose ``cache_dir`` is a new folder that only this build writes to.
+
+        See :mod:`aitune_core.backends.build_folders`: the folder is named after the
+        module's weights, the graph and the backend key, with a unique last part.
+        """
+        from aitune_core.backends import build_folders
+
+        weights = build_folders.weights_fingerprint(self.module, scope=self.guard)
+        identity = build_folders.build_identity(weights, self.graph, backend.key())
         return BuildContext(
             module=self.module,
             module_name=self.module_name,
             graph_spec=self.graph,
             samples=self.samples,
             device=self.device,
-            cache_dir=self.cache_dir / backend.key(),
+            cache_dir=build_folders.claim_build_folder(build_folders.builds_root(self.cache_dir), identity),
             signature=self.signature,
         )
 
@@ -165,7 +189,11 @@ def build_candidate(session: GraphSession, blueprint: Backend, result: Candidate
     session.log.info("build started", backend=result.backend)
     start = time.perf_counter()
     try:
-        backend.build(context)
+        with session.guard.step("build"):
+            backend.build(context)
+    except ModuleChangedError:
+        release(backend, session.guard)  # built, but it will not serve
+        raise
     finally:
         result.build_s = time.perf_counter() - start
     session.log.info(
@@ -201,7 +229,9 @@ def run_candidate(
         stage = "validation"
         if correctness_check:
             tolerances = backend.default_tolerances().merged(session.tolerances)
-            validation = session.reference.validate(backend, tolerances)
+            reference = session.reference  # eager's calls happen here, outside the candidate's step
+            with session.guard.step(stage):
+                validation = reference.validate(backend, tolerances)
             result.validate_s = validation.duration_s
             result.max_abs_error = validation.max_abs_error
             result.max_rel_error = validation.max_rel_error
@@ -209,13 +239,16 @@ def run_candidate(
                 raise _ValidationFailed(validation.reason)
             log.info(
                 "validated",
-                checked=", ".join(validation.checked),
+                checked="; ".join(validation.checked),
+                calls=validation.calls,
                 duration_s=round(validation.duration_s, 3),
                 max_abs_error=float(f"{validation.max_abs_error:.3g}"),
+                **({"note": "; ".join(validation.notes)} if validation.notes else {}),
             )
         stage = "profile"
         start = time.perf_counter()
-        result.sweep = [session.profile(backend, size) for size in profile_at]
+        with session.guard.step(stage):
+            result.sweep = [session.profile(backend, size) for size in profile_at]
         result.profile_s = time.perf_counter() - start
         result.measurement = max(result.sweep, key=lambda m: m.throughput) if result.sweep else None
         if result.measurement is not None:
@@ -226,34 +259,72 @@ def run_candidate(
                 latency_ms=round(result.measurement.median_ms, 4),
                 duration_s=round(result.profile_s, 3),
             )
+        stage = "serialize"
+        seal_passed(backend)  # what save may write: checked and hashed as it passed
         result.status = "passed"
     except _ValidationFailed as failure:
         result.status, result.stage, result.reason = "rejected", stage, str(failure)
         log.warning("validation failed", reason=result.reason)
         if raise_errors:
-            release(backend)
+            release(backend, session.guard)
             raise CandidateRejectedError(result) from None
+    except ModuleRestoreError:
+        release(backend, session.guard)
+        raise
     except Exception as error:
         result.status, result.stage = "failed", stage
-        result.reason = f"{type(error).__name__}: {error}".strip()
+        result.reason = failure_reason(error)
         log.warning(f"{stage} failed", reason=result.reason)
         if raise_errors:
-            release(backend)
+            release(backend, session.guard)
             raise
     if result.status != "passed":
-        release(backend)
-        result.instance = None
+        discard(result, backend, session.guard)
     return result
+
+
+def failure_reason(error: BaseException) -> str:
+    """The summary row's reason: the exception with its type, or a guard's finding as it is."""
+    if isinstance(error, ModuleChangedError):
+        return str(error)
+    return f"{type(error).__name__}: {error}".strip()
 
 
 class _ValidationFailed(Exception):
     pass
 
 
-def release(backend: Backend | None) -> None:
-    """Free a candidate that lost, so only winners hold memory; a failed release is not fatal."""
+def release(backend: Backend | None, guard: ModuleGuard | None = None) -> ModuleChangedError | None:
+    """Free a candidate that lost, so only winners hold memory; a failed release is not fatal.
+
+    With ``guard``, the deactivation is a guarded step: a change it made to the user's
+    module is undone and returned (a :class:`ModuleRestoreError` still propagates).
+    """
     from aitune_core.backends.state import BackendState
 
-    if backend is not None and backend.state is BackendState.ACTIVE:
+    if backend is None or backend.state is not BackendState.ACTIVE:
+        return None
+    if guard is None:
         with contextlib.suppress(Exception):
             backend.deactivate()
+        return None
+    try:
+        with guard.step("deactivate"), contextlib.suppress(Exception):
+            backend.deactivate()
+    except ModuleChangedError as changed:
+        return changed
+    return None
+
+
+def discard(result: CandidateResult, backend: Backend | None = None, guard: ModuleGuard | None = None) -> None:
+    """Release a candidate that will not serve and forget it; a row that changed the module on the way out fails.
+
+    ``backend``: the instance to release when it is not (or no longer) ``result.instance``.
+    """
+    changed = release(backend if backend is not None else result.instance, guard)
+    result.instance = None
+    if changed is not None:
+        if result.status != "failed":
+            result.status, result.stage, result.reason = "failed", changed.step, str(changed)
+        else:
+            result.reason = f"{result.reason}; then {changed}"

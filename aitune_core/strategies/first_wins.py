@@ -14,7 +14,6 @@ import torch
 from aitune_core.backends.base import Backend
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.strategies.base import TuneStrategy
-from aitune_core.strategies.candidates import release
 
 
 class FirstWinsStrategy(TuneStrategy):
@@ -37,6 +36,5 @@ class FirstWinsStrategy(TuneStrategy):
             result = self.evaluate(blueprint, profile_at)
             if result.status == "passed" and self.passes_gate(result, result.measurement):
                 return self.select(result)
-            release(result.instance)
-            result.instance = None
+            self.discard(result)
         return self.eager_fallback("no candidate built, validated and beat eager")

@@ -17,7 +17,7 @@ from aitune_core.backends.base import Backend
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.profiling.measurement import Measurement
 from aitune_core.strategies.base import TuneStrategy
-from aitune_core.strategies.candidates import CandidateResult, release
+from aitune_core.strategies.candidates import CandidateResult
 
 
 class LatencyBudgetStrategy(TuneStrategy):
@@ -55,22 +55,18 @@ class LatencyBudgetStrategy(TuneStrategy):
                 fastest = min(m.p90_ms for m in result.sweep)
                 result.status, result.stage = "rejected", "latency budget"
                 result.reason = f"p90 latency {fastest:.3f} ms at best, over the {self.budget_ms:g} ms budget"
-                release(result.instance)
-                result.instance = None
+                self.discard(result)
                 continue
             result.measurement = fitting
             if best is None or fitting.throughput > best.measurement.throughput:  # type: ignore[union-attr]
                 if best is not None:
-                    release(best.instance)
-                    best.instance = None
+                    self.discard(best)
                 best = result
             else:
-                release(result.instance)
-                result.instance = None
+                self.discard(result)
         if best is None:
             return self.eager_fallback(f"no candidate met the {self.budget_ms:g} ms latency budget")
         if not self.passes_gate(best, best.measurement):
-            release(best.instance)
-            best.instance = None
+            self.discard(best)
             return self.eager_fallback(best.reason)
         return self.select(best)

@@ -16,7 +16,7 @@ from aitune_core.backends.base import Backend
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.profiling.sweep import search_max_batch
 from aitune_core.strategies.base import TuneStrategy
-from aitune_core.strategies.candidates import CandidateResult, release
+from aitune_core.strategies.candidates import CandidateResult
 
 
 def widen_batch_range(graph: GraphSpec, max_batch: int) -> None:
@@ -81,18 +81,15 @@ class MaxThroughputStrategy(TuneStrategy):
             if best is None or at_max > _at_batch(best, self.max_batch_size):
                 if best is not None:
                     best.status = "passed"
-                    release(best.instance)
-                    best.instance = None
+                    self.discard(best)
                 best = result
             else:
-                release(result.instance)
-                result.instance = None
+                self.discard(result)
         if best is None:
             return self.eager_fallback("no candidate built and validated")
         best.measurement = _measurement_at(best, self.max_batch_size)
         if not self.passes_gate(best, best.measurement):
-            release(best.instance)
-            best.instance = None
+            self.discard(best)
             return self.eager_fallback(best.reason)
         return self.select(best)
 

@@ -9,7 +9,7 @@ import torch
 from aitune_core.backends.base import Backend
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.strategies.base import TuneStrategy
-from aitune_core.strategies.candidates import CandidateResult, release
+from aitune_core.strategies.candidates import CandidateResult
 
 
 class MinLatencyStrategy(TuneStrategy):
@@ -35,16 +35,13 @@ class MinLatencyStrategy(TuneStrategy):
                 continue
             if best is None or result.measurement.median_ms < best.measurement.median_ms:  # type: ignore[union-attr]
                 if best is not None:
-                    release(best.instance)
-                    best.instance = None
+                    self.discard(best)
                 best = result
             else:
-                release(result.instance)
-                result.instance = None
+                self.discard(result)
         if best is None:
             return self.eager_fallback("no candidate built and validated")
         if not self.passes_gate(best, best.measurement):
-            release(best.instance)
-            best.instance = None
+            self.discard(best)
             return self.eager_fallback(best.reason)
         return self.select(best)

@@ -13,7 +13,6 @@ import torch
 from aitune_core.backends.base import Backend
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.strategies.base import TuneStrategy
-from aitune_core.strategies.candidates import release
 
 
 class OneBackendStrategy(TuneStrategy):
@@ -43,6 +42,5 @@ class OneBackendStrategy(TuneStrategy):
         result = self.evaluate(blueprint, [batch[1] if batch else None], raise_errors=True)
         if self.passes_gate(result, result.measurement):
             return self.select(result)
-        release(result.instance)
-        result.instance = None
+        self.discard(result)
         return self.eager_fallback(result.reason)

@@ -4,7 +4,13 @@ Strategies, checkpoints and routing rely on backends behaving alike: the state m
 refuses illegal steps, a backend survives ``to_dict`` -> JSON -> ``from_dict``, keys
 depend on the config alone, blueprints come unbuilt, and outputs match eager at the
 smallest, typical and largest shapes the graph was recorded with. Writing those checks
-once here means every backend is held to the same contract.
+once here means every backend is held to the same contract. Every lifecycle step, and
+a call, must also leave the user's module untouched: its modes, its Parameter and
+buffer objects and their values (the same check tuning runs around every step).
+Each backend builds in a folder of its own, as in tuning, and that folder is deleted
+before the backend is restored from ``to_dict`` data: whatever it needs after a
+restart must be a declared artifact (an existing file) or JSON extra state, never a
+path into the build folder.
 
 Subclass it in a test module (the subclass name must start with ``Test``)::
 
@@ -24,6 +30,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -33,8 +40,10 @@ import pytest
 import torch
 
 from aitune_core.backends.base import Backend, BuildContext
+from aitune_core.backends.persistable import NotPersistableError, check_artifacts
 from aitune_core.backends.state import TRANSITIONS, BackendState, IllegalStateTransitionError
 from aitune_core.context import BATCH_SIZE_KEY, global_context
+from aitune_core.guard import ModuleChangedError, ModuleGuard
 from aitune_core.metadata.locator import Locator, map_leaves
 from aitune_core.metadata.sample_metadata import ShapeChoice
 from aitune_core.module.wrapper import Module
@@ -83,6 +92,12 @@ def _step(backend: Backend, step: str, context: BuildContext) -> None:
         backend.deploy(context)
 
 
+def private_build(context: BuildContext) -> BuildContext:
+    """``context`` with a new, empty build folder inside its own, which no other build uses."""
+    context.cache_dir.mkdir(parents=True, exist_ok=True)
+    return attrs.evolve(context, cache_dir=Path(tempfile.mkdtemp(prefix="build-", dir=context.cache_dir)))
+
+
 def _copy_artifacts(data: dict[str, Any], folder: Path) -> dict[str, Any]:
     """Move a backend's artifacts elsewhere, as loading a checkpoint on another machine does."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -96,6 +111,24 @@ def _copy_artifacts(data: dict[str, Any], folder: Path) -> dict[str, Any]:
             shutil.copy2(source, target)
         moved[name] = str(target)
     return {**data, "artifacts": moved}
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def _points_into(text: str, folder: Path) -> bool:
+    """Whether ``text`` names ``folder`` or something in it, as written or resolved."""
+    names = {str(folder), str(folder.resolve())}
+    return any(name in text for name in names)
 
 
 class BackendConformance:
@@ -161,16 +194,25 @@ class BackendConformance:
 
     # ------------------------------------------------------------------ helpers
     def built(self, run: ConformanceRun, context: BuildContext | None = None) -> Backend:
+        """A backend built in a build folder of its own, as tuning builds every candidate."""
         backend = self.make_backend()
-        backend.build(context or run.context)
+        backend.build(private_build(context or run.context))
         return backend
 
     def round_trip(self, backend: Backend, folder: Path) -> Backend:
-        """``to_dict`` -> JSON text -> ``from_dict``, with the artifacts moved to ``folder``."""
+        """``to_dict`` -> JSON text -> ``from_dict``, with the artifacts moved to ``folder``.
+
+        The backend's build folder is deleted before it is restored, as a checkpoint
+        loaded on another machine, or after the cache was cleaned, finds none: what the
+        restored backend needs must come from its artifacts and its extra state.
+        """
         data = backend.to_dict()
         data["artifacts"] = {name: str(path) for name, path in data.get("artifacts", {}).items()}
         text = json.dumps(data)
-        return type(backend).from_dict(_copy_artifacts(json.loads(text), folder))
+        moved = _copy_artifacts(json.loads(text), folder)
+        if backend.context is not None:
+            shutil.rmtree(backend.context.cache_dir, ignore_errors=True)
+        return type(backend).from_dict(moved)
 
     def in_state(self, run: ConformanceRun, state: BackendState, folder: Path) -> Backend:
         if state is BackendState.INIT:
@@ -198,6 +240,42 @@ class BackendConformance:
                 actual = backend(*args, **kwargs)
             torch.testing.assert_close(
                 actual, expected, rtol=self.rtol, atol=self.atol, msg=lambda m: f"{which} shapes: {m}"
+            )
+
+    def call_once(self, run: ConformanceRun, backend: Backend) -> None:
+        """Call ``backend`` on the first graph's first recorded sample."""
+        args, kwargs = run.context.signature.bind(_to_device(run.context.samples[0].arguments, run.device))
+        with torch.no_grad():
+            backend(*args, **kwargs)
+
+    # ------------------------------------------------------------------ the user's module
+    def test_leaves_the_users_module_untouched(self, aitune_conformance: ConformanceRun) -> None:
+        """No step may change ``context.module``: eager, the fallback and later calls run it."""
+        run = aitune_conformance
+        backend = self.make_backend()
+        guard = ModuleGuard(run.model, "model")
+        steps = [
+            ("build", lambda: backend.build(run.context)),
+            ("a call", lambda: self.call_once(run, backend)),
+            ("deactivate", backend.deactivate),
+            ("activate", lambda: backend.activate(run.context)),
+            ("a call after activate", lambda: self.call_once(run, backend)),
+            ("deploy", lambda: backend.deploy(run.context)),
+            ("a call after deploy", lambda: self.call_once(run, backend)),
+        ]
+        problem = ""
+        for step, action in steps:
+            try:
+                with guard.step(step):
+                    action()
+            except ModuleChangedError as error:
+                problem = str(error)
+                break
+        if problem:
+            pytest.fail(
+                f"{type(backend).__name__} {problem}. A backend must never change context.module: transform a "
+                "copy (copy.deepcopy(context.module)) and leave the original's modes and weights as they are",
+                pytrace=False,
             )
 
     # ------------------------------------------------------------------ the recorded graphs
@@ -264,6 +342,45 @@ class BackendConformance:
         restored.deploy(run.context)
         assert restored.state is BackendState.DEPLOYED
         self.assert_matches_eager(run, restored)
+
+    def test_declared_artifacts_are_shipped(self, aitune_conformance: ConformanceRun) -> None:
+        """What a checkpoint copies is what the backend declares: existing files, and some when it is not JIT.
+
+        A backend that is not JIT tells ``load`` it may release the module's weights, so it
+        must restore from its own artifacts; and every artifact must be a file by then
+        (``save`` copies files), native ones included.
+        """
+        backend = self.built(aitune_conformance)
+        name = type(backend).__name__
+        data = backend.to_dict()
+        artifacts = data.get("artifacts", {})
+        if not backend.is_jit and not artifacts:
+            pytest.fail(
+                f"{name}.is_jit is False, which lets load release the module's weights, but it ships no artifacts: "
+                "list the files it restores from in _artifacts(), or return True from is_jit",
+                pytrace=False,
+            )
+        missing = sorted(set(backend.native_artifacts()) - set(artifacts))
+        if missing:
+            pytest.fail(f"{name}.native_artifacts() names {missing}, which _artifacts() does not ship", pytrace=False)
+        try:
+            check_artifacts(name, artifacts)
+        except NotPersistableError as error:
+            pytest.fail(f"a checkpoint could not hold it: {error}", pytrace=False)
+
+    def test_extra_state_holds_no_build_folder_paths(self, aitune_conformance: ConformanceRun) -> None:
+        """A path into the build folder in ``_extra_state`` points nowhere once the checkpoint is loaded elsewhere."""
+        backend = self.built(aitune_conformance)
+        assert backend.context is not None
+        folder = backend.context.cache_dir
+        stale = [text for text in _strings(backend.to_dict().get("extra", {})) if _points_into(text, folder)]
+        if stale:
+            pytest.fail(
+                f"{type(backend).__name__}._extra_state() holds {stale[0]!r}, a path into its build folder, which a "
+                "loaded checkpoint does not have: ship the file as an artifact (_artifacts()) and take its new "
+                "path in _restore()",
+                pytrace=False,
+            )
 
     # ------------------------------------------------------------------ identity
     def test_key_is_stable(self, aitune_conformance: ConformanceRun) -> None:

@@ -46,7 +46,7 @@ def find_non_finite(outputs: Any) -> str | None:
 def compare_outputs(candidate: Any, reference: Any, tolerances: Tolerances) -> Comparison:
     """Compare nested outputs leaf by leaf with eager's at the same inputs.
 
-    A candidate may only be non-finite where eager is non-finite at the same element.
+    A candidate must be NaN or infinite exactly where eager is, element by element.
     """
     result = Comparison()
     got = list(walk_outputs(candidate))
@@ -59,7 +59,7 @@ def compare_outputs(candidate: Any, reference: Any, tolerances: Tolerances) -> C
     for (locator, value), (_, expected) in zip(got, want, strict=True):
         path = locator.display_path
         if isinstance(expected, torch.Tensor):
-            problem = _compare_tensor(path, value, expected, tolerances, result)
+            problem = compare_tensor(path, value, expected, tolerances, result)
         elif isinstance(expected, (int, float)) and not isinstance(expected, bool):
             problem = _compare_number(path, value, expected, tolerances, result)
         else:
@@ -71,10 +71,12 @@ def compare_outputs(candidate: Any, reference: Any, tolerances: Tolerances) -> C
 
 
 def _compare_number(path: str, value: Any, expected: float, tolerances: Tolerances, result: Comparison) -> str | None:
-    if not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"`{path}` is a {type(value).__name__}, eager gives a number"
-    if _not_finite(value) and not _not_finite(float(expected)):
-        return f"`{path}` is {value}, not finite"
+    if _not_finite(float(expected)) or _not_finite(float(value)):
+        # NaN and infinity are compared by position: each side must have exactly the other's.
+        same = (math.isnan(value) and math.isnan(expected)) or value == expected
+        return None if same else f"`{path}` is {value}, eager gives {expected}"
     tolerance = tolerances.for_dtype(torch.float64 if isinstance(expected, float) else torch.int64)
     error = abs(value - expected)
     result.max_abs_error = max(result.max_abs_error, float(error))
@@ -83,9 +85,15 @@ def _compare_number(path: str, value: Any, expected: float, tolerances: Toleranc
     return None
 
 
-def _compare_tensor(
+def compare_tensor(
     path: str, value: Any, expected: torch.Tensor, tolerances: Tolerances, result: Comparison
 ) -> str | None:
+    """Compare one tensor with eager's; the errors measured are added to ``result``.
+
+    NaN and infinity must sit exactly where eager has them (an infinity with its sign):
+    a tolerance says nothing about them, so any other rule would let a backend that is
+    wrong at those positions, or NaN where eager is finite, pass.
+    """
     if not isinstance(value, torch.Tensor):
         return f"`{path}` is a {type(value).__name__}, eager gives a tensor"
     if value.shape != expected.shape:
@@ -101,25 +109,47 @@ def _compare_tensor(
             mismatched = int((actual != wanted).sum())
             return f"`{path}` differs from eager in {mismatched} of {wanted.numel()} elements (exact match required)"
         return None
-    actual64, wanted64 = actual.double(), wanted.double()
+    actual64, wanted64 = _as_float64(actual), _as_float64(wanted)
     finite = torch.isfinite(wanted64)
-    same_special = (~finite) & ((actual64 == wanted64) | (torch.isnan(actual64) & torch.isnan(wanted64)))
-    if bool(((~finite) & ~same_special).any()):
-        return f"`{path}` differs from eager where eager is not finite"
-    if bool((finite & ~torch.isfinite(actual64)).any()):
-        return f"`{path}` has NaN or infinite values where eager is finite"
-    difference = (actual64 - wanted64).abs().where(finite, torch.zeros((), dtype=torch.float64))
-    magnitude = wanted64.abs().where(finite, torch.zeros((), dtype=torch.float64))
+    if not bool(finite.all()):
+        same_special = (actual64 == wanted64) | (torch.isnan(actual64) & torch.isnan(wanted64))
+        wrong = (~finite) & ~same_special
+        if bool(wrong.any()):
+            first = int(wrong.reshape(-1).nonzero()[0])
+            return (
+                f"`{path}` differs from eager where eager is NaN or infinite, at {int(wrong.sum())} of "
+                f"{wanted64.numel()} elements (first at flat index {first}: "
+                f"{float(actual64.reshape(-1)[first])}, eager gives {float(wanted64.reshape(-1)[first])})"
+            )
+    special = finite & ~torch.isfinite(actual64)
+    if bool(special.any()):
+        first = int(special.reshape(-1).nonzero()[0])
+        return (
+            f"`{path}` has NaN or infinite values where eager is finite, at {int(special.sum())} of "
+            f"{wanted64.numel()} elements (first at flat index {first})"
+        )
+    zero = torch.zeros((), dtype=torch.float64, device=wanted64.device)
+    difference = (actual64 - wanted64).abs().where(finite, zero)
+    magnitude = wanted64.abs().where(finite, zero)
     max_abs = float(difference.max())
     max_rel = float((difference / magnitude.clamp_min(1e-12)).where(magnitude > 0, difference).max())
     result.max_abs_error = max(result.max_abs_error, max_abs)
     result.max_rel_error = max(result.max_rel_error, max_rel)
     tolerance = tolerances.for_dtype(expected.dtype)
     bound = tolerance.atol + tolerance.rtol * magnitude
-    if bool((difference > bound).any()):
+    outside = difference > bound
+    if bool(outside.any()):
         worst = int((difference - bound).argmax())
         return (
             f"`{path}` differs from eager: max abs error {max_abs:.3g}, max rel error {max_rel:.3g} "
+            f"at {int(outside.sum())} of {wanted64.numel()} elements "
             f"(allowed atol={tolerance.atol:g}, rtol={tolerance.rtol:g}; worst at flat index {worst})"
         )
     return None
+
+
+def _as_float64(tensor: torch.Tensor) -> torch.Tensor:
+    """Real tensors in float64; complex ones as (real, imaginary) pairs, so neither part is dropped."""
+    if tensor.is_complex():
+        return torch.view_as_real(tensor.resolve_conj().to(torch.complex128))
+    return tensor.double()

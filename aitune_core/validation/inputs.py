@@ -1,8 +1,8 @@
-"""Inputs a candidate is checked on: the recorded samples and the min, opt and max shapes.
+"""Calls made from recorded samples: one per recorded shape and extreme, or at a batch size.
 
-The extremes are made from recorded data (see ``SampleMetadata.make_shape``), as the
-dynamic-shapes RFC asks, so a backend built for a range is checked at both of its
-ends and not only where the samples happened to fall.
+Profiling times these calls. Validation checks many more points, each called twice
+on inputs of its own (see :mod:`aitune_core.validation.points`). The extremes are made
+from recorded data (see ``SampleMetadata.make_shape``), as the dynamic-shapes RFC asks.
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""Eager reference outputs, computed once per graph and shared by every candidate."""
+"""Eager reference outputs, computed once per graph and shared by every candidate.
+
+Every call, eager's and each candidate's, runs on its own fresh copy of the point's
+inputs (see :mod:`aitune_core.validation.isolation`), so a candidate that writes to its
+inputs can neither corrupt the reference nor the next candidate's inputs; it is caught
+and named instead.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +15,34 @@ from typing import Any
 import attrs
 import torch
 
-from aitune_core.validation.compare import Comparison, compare_outputs, find_non_finite
-from aitune_core.validation.inputs import CallInputs
+from aitune_core.graphs.forward_signature import ForwardSignature
+from aitune_core.metadata.locator import Locator, map_leaves
+from aitune_core.validation.compare import Comparison, compare_outputs, compare_tensor, find_non_finite
+from aitune_core.validation.isolation import changed_inputs, fresh_copy
+from aitune_core.validation.points import CALL_NAMES, ValidationPoint
 from aitune_core.validation.tolerances import Tolerances
+
+NO_FINITE_REFERENCE = (
+    "eager gave NaN or infinite outputs at every validation point, so values were compared only where eager "
+    "is finite and NaN/infinity by exact position; record a call whose outputs are finite for a stronger check"
+)
+
+
+@attrs.define(eq=False)
+class ReferenceCall:
+    """One call of a point: its pristine inputs (CPU), eager's outputs, and the inputs eager wrote to."""
+
+    name: str
+    arguments: dict[str, Any]
+    outputs: Any
+    written: dict[Locator, torch.Tensor] = attrs.field(factory=dict)
+    finite: bool = True
 
 
 @attrs.define(eq=False)
 class ReferencePoint:
-    call: CallInputs
-    outputs: Any
+    label: str
+    calls: list[ReferenceCall]
 
 
 @attrs.define
@@ -27,58 +52,119 @@ class ValidationResult:
     max_abs_error: float = 0.0
     max_rel_error: float = 0.0
     checked: list[str] = attrs.field(factory=list)
+    """The points checked, each with all of its calls."""
+    calls: int = 0
     duration_s: float = 0.0
+    notes: list[str] = attrs.field(factory=list)
+    """What limits how much a pass means (say, eager was never finite)."""
 
 
 class EagerReference:
-    """What eager returns for each validation call.
+    """What eager returns at each validation point.
 
-    A generated extreme that eager itself rejects (say, a sequence longer than the
-    model's position table) is not a valid test point; it is dropped and noted.
+    A generated point that eager itself rejects (say, a sequence longer than the
+    model's position table) is not a valid test; it is dropped and noted. A stored
+    sample as recorded is what the user ran, so eager failing on it is an error.
     """
 
-    def __init__(self, module: Callable[..., Any], calls: list[CallInputs]) -> None:
+    def __init__(
+        self,
+        module: Callable[..., Any],
+        points: list[ValidationPoint],
+        signature: ForwardSignature,
+        device: torch.device,
+    ) -> None:
+        self.signature = signature
+        self.device = device
         self.points: list[ReferencePoint] = []
         self.skipped: list[str] = []
+        self.notes: list[str] = []
         with torch.no_grad():
-            for call in calls:
-                try:
-                    outputs = module(*call.args, **call.kwargs)
-                except Exception as error:
-                    if call.label.startswith("sample"):
-                        raise
-                    self.skipped.append(f"{call.label}: eager raised {type(error).__name__}: {error}")
-                    continue
-                self.points.append(ReferencePoint(call, _detach(outputs)))
+            for point in points:
+                calls = []
+                for name, arguments in zip(CALL_NAMES, point.calls, strict=False):
+                    try:
+                        calls.append(self._run_eager(module, name, arguments))
+                    except Exception as error:
+                        if point.recorded and not calls:
+                            raise
+                        self.skipped.append(f"{point.label}, {name}: eager raised {type(error).__name__}: {error}")
+                        break
+                if calls:
+                    self.points.append(ReferencePoint(point.label, calls))
+        if self.points and not any(call.finite for point in self.points for call in point.calls):
+            self.notes.append(NO_FINITE_REFERENCE)
+
+    def _run_eager(self, module: Callable[..., Any], name: str, arguments: dict[str, Any]) -> ReferenceCall:
+        inputs = fresh_copy(arguments, self.device)
+        args, kwargs = self.signature.bind(inputs)
+        outputs = _owned(module(*args, **kwargs))
+        written = {locator: tensor.detach() for locator, tensor in changed_inputs(arguments, inputs)}
+        return ReferenceCall(name, arguments, outputs, written, find_non_finite(outputs) is None)
+
+    @property
+    def num_calls(self) -> int:
+        return sum(len(point.calls) for point in self.points)
 
     def validate(self, candidate: Callable[..., Any], tolerances: Tolerances) -> ValidationResult:
+        """Call ``candidate`` at every point, each call on fresh inputs; the first problem fails it."""
         start = time.perf_counter()
-        result = ValidationResult(passed=True)
+        result = ValidationResult(passed=True, notes=list(self.notes))
         with torch.no_grad():
             for point in self.points:
-                label = point.call.label
-                outputs = candidate(*point.call.args, **point.call.kwargs)
-                where = find_non_finite(outputs)
-                if where is not None and find_non_finite(point.outputs) is None:
-                    return _fail(result, f"{label}: `{where}` has NaN or infinite values", start)
-                comparison: Comparison = compare_outputs(outputs, point.outputs, tolerances)
-                result.max_abs_error = max(result.max_abs_error, comparison.max_abs_error)
-                result.max_rel_error = max(result.max_rel_error, comparison.max_rel_error)
-                if comparison.problem is not None:
-                    return _fail(result, f"{label}: {comparison.problem}", start)
-                result.checked.append(label)
+                for call in point.calls:
+                    problem = self._check_call(candidate, call, tolerances, result)
+                    result.calls += 1
+                    if problem is not None:
+                        return _fail(result, f"at {point.label}, {call.name}: {problem}", start)
+                result.checked.append(point.label)
         result.duration_s = time.perf_counter() - start
         return result
+
+    def _check_call(
+        self, candidate: Callable[..., Any], call: ReferenceCall, tolerances: Tolerances, result: ValidationResult
+    ) -> str | None:
+        inputs = fresh_copy(call.arguments, self.device)
+        args, kwargs = self.signature.bind(inputs)
+        outputs = candidate(*args, **kwargs)
+        comparison = Comparison()
+        problem = self._input_problem(call, inputs, tolerances, comparison)
+        if problem is None:
+            comparison = compare_outputs(outputs, call.outputs, tolerances)
+            problem = comparison.problem
+        result.max_abs_error = max(result.max_abs_error, comparison.max_abs_error)
+        result.max_rel_error = max(result.max_rel_error, comparison.max_rel_error)
+        return problem
+
+    def _input_problem(
+        self, call: ReferenceCall, inputs: dict[str, Any], tolerances: Tolerances, comparison: Comparison
+    ) -> str | None:
+        """A write to an input that eager does not make; inputs eager writes must end up as eager's."""
+        for locator, _tensor in changed_inputs(call.arguments, inputs):
+            if locator not in call.written:
+                return (
+                    f"input `{locator.display_path}` was changed in place (eager leaves it as it was); "
+                    "a backend must not write to its inputs: copy the tensor before an in-place operation"
+                )
+        for locator, expected in call.written.items():
+            path = locator.display_path
+            problem = compare_tensor(path, locator.get(inputs), expected, tolerances, comparison)
+            if problem is not None:
+                return f"input `{path}`, which eager changes in place, is not changed the same way: {problem}"
+        return None
 
 
 def _fail(result: ValidationResult, reason: str, start: float) -> ValidationResult:
     result.passed = False
-    result.reason = reason
+    result.reason = reason if not result.notes else f"{reason} (note: {'; '.join(result.notes)})"
     result.duration_s = time.perf_counter() - start
     return result
 
 
-def _detach(value: Any) -> Any:
-    from aitune_core.metadata.locator import Locator, map_leaves
+def _owned(value: Any) -> Any:
+    """Eager's outputs as copies: a module that reuses an output buffer must not change earlier references."""
 
-    return map_leaves(value, Locator(None), lambda _l, leaf: leaf.detach() if isinstance(leaf, torch.Tensor) else leaf)
+    def copy(_locator: Locator, leaf: Any) -> Any:
+        return leaf.detach().clone() if isinstance(leaf, torch.Tensor) and not leaf.is_meta else leaf
+
+    return map_leaves(value, Locator(None), copy)

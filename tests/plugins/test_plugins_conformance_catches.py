@@ -51,6 +51,23 @@ class ForgetsItsConfig(TorchEagerBackend):
         return data
 
 
+class ScalesTheModule(TorchEagerBackend):
+    name = "scales_the_module"
+
+    def _build(self, context):
+        with torch.no_grad():
+            context.module[0].weight.mul_(2)
+        super()._build(context)
+
+
+class SwitchesTheModuleToTraining(TorchEagerBackend):
+    name = "switches_the_module_to_training"
+
+    def _activate(self):
+        self.context.module.train()
+        super()._activate()
+
+
 class TestWrongAtLargeBatch(BackendConformance):
     batch_sizes = (1, 4)
 
@@ -71,6 +88,16 @@ class TestBlueprintIsItself(BackendConformance):
 class TestForgetsItsConfig(BackendConformance):
     def make_backend(self):
         return ForgetsItsConfig(autocast_dtype=torch.bfloat16)
+
+
+class TestScalesTheModule(BackendConformance):
+    def make_backend(self):
+        return ScalesTheModule()
+
+
+class TestSwitchesTheModuleToTraining(BackendConformance):
+    def make_backend(self):
+        return SwitchesTheModuleToTraining()
 """
 
 
@@ -129,3 +156,8 @@ def test_built_blueprint_fails(outcomes: dict[str, str]) -> None:
 
 def test_lossy_round_trip_fails(outcomes: dict[str, str]) -> None:
     assert failed(outcomes, "TestForgetsItsConfig") == {"test_round_trip_then_activate"}
+
+
+def test_changing_the_users_module_fails(outcomes: dict[str, str]) -> None:
+    assert failed(outcomes, "TestScalesTheModule") == {"test_leaves_the_users_module_untouched"}
+    assert failed(outcomes, "TestSwitchesTheModuleToTraining") == {"test_leaves_the_users_module_untouched"}

@@ -280,7 +280,7 @@ def test_cache_dir_setting_moves_builds(unique_name, tmp_path: Path):
     module = ait.Module(SlowableMLP().eval(), unique_name())
     tune(module, samples(), batch_sizes=[1, 2], strategy=FirstWinsStrategy([TorchEagerBackend()], profile=FAST_PROFILE))
     backend = module.backends["0"]
-    assert backend.context.cache_dir.is_relative_to(tmp_path / "elsewhere" / module.name / "0")
+    assert backend.context.cache_dir.is_relative_to(tmp_path / "elsewhere" / "builds")
     assert backend.context.cache_dir.is_dir()
 
 
@@ -289,7 +289,7 @@ def test_dataset_forms(unique_name):
         def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
             return x * scale
 
-    model = TwoInputs()
+    model = TwoInputs().eval()
     strategy = FirstWinsStrategy([TorchEagerBackend()], profile=FAST_PROFILE)
     tuple_module = ait.Module(model, unique_name("tuples"), strategy=strategy)
     tune(tuple_module, [(torch.randn(4), torch.randn(1)) for _ in range(3)], batch_sizes=[1, 2])
@@ -301,18 +301,18 @@ def test_dataset_forms(unique_name):
     assert dict_module.graph_specs[0].input_spec.tensor_data[0][1].shape == ["batch0", 4]
     del dict_module
 
-    tensor_module = ait.Module(SlowableMLP(), unique_name("tensor"), strategy=strategy)
+    tensor_module = ait.Module(SlowableMLP().eval(), unique_name("tensor"), strategy=strategy)
     tune(tensor_module, torch.randn(5, 16), batch_sizes=[1, 8])  # 5 samples, repeated up to 8
     assert tensor_module.graph_specs[0].input_spec.tensor_data[0][1].max_shape == [8, 16]
     del tensor_module
 
-    dataset_module = ait.Module(SlowableMLP(), unique_name("dataset"), strategy=strategy)
+    dataset_module = ait.Module(SlowableMLP().eval(), unique_name("dataset"), strategy=strategy)
     tune(dataset_module, torch.utils.data.TensorDataset(torch.randn(4, 16)), batch_sizes=[1, 2])
     assert len(dataset_module.graph_specs) == 1
 
 
 def test_bad_inputs_give_clear_errors(unique_name):
-    module = ait.Module(SlowableMLP(), unique_name())
+    module = ait.Module(SlowableMLP().eval(), unique_name())
     with pytest.raises(ValueError, match="dataset is empty"):
         tune(module, [], batch_sizes=[1, 2])
     with pytest.raises(ValueError, match="at least 1"):
@@ -330,7 +330,7 @@ def test_func_that_calls_no_module_is_an_error(unique_name):
 
 
 def test_single_batch_size_warns_static_shapes(unique_name):
-    module = ait.Module(SlowableMLP(), unique_name())
+    module = ait.Module(SlowableMLP().eval(), unique_name())
     with capture() as events:
         tune(
             module, samples(), batch_sizes=[4], strategy=FirstWinsStrategy([TorchEagerBackend()], profile=FAST_PROFILE)
@@ -340,7 +340,7 @@ def test_single_batch_size_warns_static_shapes(unique_name):
 
 
 def test_dry_run_builds_nothing_and_lists_the_plan(unique_name):
-    module = ait.Module(SlowableMLP(), unique_name())
+    module = ait.Module(SlowableMLP().eval(), unique_name())
     blueprint = NoDelayBackend()
     report = tune(
         module,
@@ -364,7 +364,7 @@ def test_tuning_runs_without_gradients(unique_name):
             seen.append(torch.is_grad_enabled())
             return super().forward(x)
 
-    module = ait.Module(Probe(), unique_name())
+    module = ait.Module(Probe().eval(), unique_name())
     tune(module, samples(), batch_sizes=[1, 2], strategy=FirstWinsStrategy([TorchEagerBackend()], profile=FAST_PROFILE))
     assert seen and not any(seen)
 
@@ -377,7 +377,7 @@ def test_json_log_format_prints_one_object_per_line(tmp_path: Path):
         "from aitune_core.backends import TorchEagerBackend\n"
         "from aitune_core.profiling import ProfileConfig\n"
         f"ait.config.cache_dir = {str(tmp_path)!r}\n"
-        "m = ait.Module(torch.nn.Linear(4, 2), 'json-demo')\n"
+        "m = ait.Module(torch.nn.Linear(4, 2).eval(), 'json-demo')\n"
         "p = ProfileConfig(min_time_s=0.001, max_time_s=0.01, max_batch_search=False)\n"
         "tune(m, [torch.randn(4) for _ in range(4)], batch_sizes=[1, 2],"
         " strategy=FirstWinsStrategy([TorchEagerBackend()], profile=p))\n"

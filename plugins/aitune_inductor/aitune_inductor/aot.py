@@ -119,10 +119,14 @@ class TorchInductorAotBackend(Backend):
         compiled = time.perf_counter()
         self._package = package
         self._layout = CallLayout.of_call(context.signature, args, kwargs)
-        self._load()
-        for _, arguments in calls:
-            call_args, call_kwargs = context.signature.bind(arguments)
-            self._infer(*call_args, **call_kwargs)
+        try:
+            self._load()
+            for _, arguments in calls:
+                call_args, call_kwargs = context.signature.bind(arguments)
+                self._infer(*call_args, **call_kwargs)
+        except BaseException:
+            self._release_model()  # a failed build stays INIT, which deactivate() cannot reach
+            raise
         self.build_info = {
             "export_s": round(exported - started, 3),
             "compile_s": round(compiled - exported, 3),
@@ -155,7 +159,7 @@ class TorchInductorAotBackend(Backend):
         device = self.context.device if self.context is not None else None
         index = device.index if device is not None and device.type == "cuda" and device.index is not None else -1
         scratch = self.context.cache_dir if self.context is not None else None
-        self._model = None  # a reload unpacks afresh; the previous copy goes with its runner
+        self._release_model()  # a reload unpacks afresh; the previous copy goes now
         self._model = load_package(self._package, index, scratch)
 
     # ------------------------------------------------------------------ persistence
@@ -181,7 +185,19 @@ class TorchInductorAotBackend(Backend):
         self._load()
 
     def _deactivate(self) -> None:
-        self._model = None
+        self._release_model()
+
+    def _release_model(self) -> None:
+        """Free the loaded package: its weights (one model size), its library and its unpacked folder.
+
+        The runner is closed, not only forgotten, so that all of it goes at once even
+        while something else (a traceback, a profiler) still holds the runner. The
+        exported program is never kept past the build.
+        """
+        model, self._model = self._model, None
+        close = getattr(model, "close", None)
+        if callable(close):
+            close()
 
     # ------------------------------------------------------------------ inference
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
@@ -257,10 +273,20 @@ class PackageRunner:
         self._in_spec = pytree.treespec_loads(in_spec)
         self._out_spec = pytree.treespec_loads(out_spec)
 
+    def close(self) -> None:
+        """Free the loaded package now, rather than whenever the last reference to this runner goes."""
+        self._loader = None
+        keep_alive, self._keep_alive = self._keep_alive, None
+        remove = getattr(keep_alive, "remove", None)
+        if callable(remove):
+            remove()
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import torch.utils._pytree as pytree
         from torch.export._tree_utils import reorder_kwargs
 
+        if self._loader is None:
+            raise RuntimeError("this package was released; activate its backend again to run it")
         leaves = pytree.tree_leaves((args, reorder_kwargs(kwargs, self._in_spec)))
         flat = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         return pytree.tree_unflatten(self._loader.boxed_run(flat), self._out_spec)

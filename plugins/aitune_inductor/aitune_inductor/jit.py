@@ -87,6 +87,11 @@ class TorchInductorJitBackend(Backend):
     def is_jit(self) -> bool:
         return True
 
+    @property
+    def lossy(self) -> bool:
+        """Autocast computes in a narrower dtype than the module's own."""
+        return bool(self.config.autocast_enabled)  # type: ignore[attr-defined]
+
     @classmethod
     def availability(cls, device: torch.device | str) -> Availability:
         base = super().availability(device)

@@ -31,6 +31,9 @@ from aitune_onnx.export import ExportedModel, data_file_name, export_graph
 from aitune_onnx.layout import IOLayout, LayoutNotSerializable, layout_from_context
 from aitune_onnx.session import PROVIDER_DEVICES, OrtRunner, default_provider, provider_availability
 
+_FALSE_TEXT = ("0", "false", "False")
+"""How provider options say off (see :class:`aitune_core.backends.safe_options.BoolRule`)."""
+
 MODEL_ARTIFACT = "model"
 DATA_ARTIFACT = "external_data"
 MODEL_FILE = "model.onnx"
@@ -86,6 +89,21 @@ class ONNXRuntimeBackend(Backend):
     @property
     def is_jit(self) -> bool:
         return False
+
+    @property
+    def lossy(self) -> bool:
+        """Whether the provider computes float32 in less than float32.
+
+        The CPU provider computes as eager does. The CUDA provider uses TF32 for float32
+        matmuls and convolutions unless ``use_tf32`` is off; TensorRT does too, and so does
+        the CUDA provider it falls back to, besides any fp16/bf16/int8 switch.
+        """
+        config = self.config
+        if config.provider == "cpu":
+            return False
+        if config.provider == "tensorrt":
+            return True
+        return (config.provider_options or {}).get("use_tf32", "1") not in _FALSE_TEXT
 
     @property
     def exported(self) -> ExportedModel | None:

@@ -166,12 +166,18 @@ class FlatModule(torch.nn.Module):
     out. This adapter puts the flat inputs back into the recorded call's structure,
     with its non-tensor values as constants, calls the module, and returns the output
     tensors in layout order, so that any structure aitune can record can be exported.
+
+    It takes the mode of the module it wraps. A new ``nn.Module`` starts in training
+    mode, and exporters put the mode they found back recursively when they finish
+    (``model.train(original)``): an adapter left in training mode would switch the
+    user's module, and its Dropout, to training for every later eager call.
     """
 
     def __init__(
         self, module: torch.nn.Module, layout: IOLayout, arguments: dict[str, Any], signature: ForwardSignature
     ) -> None:
         super().__init__()
+        self.training = module.training  # not .train(): that would also set every submodule of the user's module
         self.module = module
         self._layout = layout
         self._arguments = arguments
@@ -228,7 +234,7 @@ def export_graph(
     for exporter in order:
         _remove_outputs(path)
         try:
-            with torch.no_grad(), _quiet():
+            with torch.no_grad(), _quiet(), _modes_kept(module):
                 if exporter == "dynamo":
                     _export_dynamo(adapter, tensors, graph_spec, layout, path, config)
                 else:
@@ -258,6 +264,21 @@ def _module_device(module: torch.nn.Module) -> torch.device:
     for tensor in (*module.parameters(), *module.buffers()):
         return tensor.device
     return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def _modes_kept(module: torch.nn.Module) -> Iterator[None]:
+    """Every submodule's training flag as it was, after an exporter that sets modes recursively.
+
+    The TorchScript exporter sets the whole module to eval for the export and then back
+    to the root's mode, which would also flip a submodule the user keeps in another mode.
+    """
+    modes = [(submodule, submodule.training) for submodule in module.modules()]
+    try:
+        yield
+    finally:
+        for submodule, training in modes:
+            submodule.training = training
 
 
 @contextlib.contextmanager

@@ -11,7 +11,14 @@ What travels, and how often:
   the object store, fetched only for the winner.
 
 Each task asks for what its device needs: one GPU (``num_gpus``) for CUDA graphs,
-``num_cpus`` CPUs otherwise, plus any custom ``resources``. A task first reports which
+``num_cpus`` CPUs otherwise, plus any custom ``resources`` and, with ``memory_mb``, that
+much memory (Ray's ``memory`` resource), so that Ray places no more candidates on a
+node than its memory holds. Ray only books that memory; the task itself holds its
+candidate to it (:class:`~aitune_core.executors.memory.MemoryWatch`: the worker and
+the helpers it started, read from ``/proc``), failing the candidate with "out of
+memory" when it goes over, and ending the worker if the candidate is stuck in native
+code ten seconds later. Without ``memory_mb`` a candidate may hold half of its node's
+memory, so that one runaway candidate cannot take a node down. A task first reports which
 worker took it; its time limit starts then, so time spent waiting for room in the
 cluster does not count. Ray does not retry a task (``max_retries=0``): a worker that
 dies, is killed at the time limit or loses its node makes that candidate a failed row
@@ -28,12 +35,15 @@ import os
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from aitune_core.executors.base import ExecutorError
+from aitune_core.executors import memory
+from aitune_core.executors.base import DEFAULT_TIMEOUT_S, ExecutorError
+from aitune_core.executors.child import EXIT_OUT_OF_MEMORY
 from aitune_core.executors.payload import CandidateRecord, GraphPayload, unpack_artifacts
 from aitune_core.executors.remote import Fetch, RemoteExecutor
 from aitune_core.log import get_logger
@@ -65,11 +75,13 @@ class RayExecutor(RemoteExecutor):
         on an autoscaling cluster, whose room grows only once tasks wait.
     timeout_s: the most one candidate may take once a worker has taken it; it may also
         wait at most this long for a worker (a task asking for a GPU the cluster lacks
-        would otherwise wait forever).
+        would otherwise wait forever). "auto": ``DEFAULT_TIMEOUT_S`` (600 s).
     address: the cluster to connect to; None: ``RAY_ADDRESS``, else a local Ray.
     num_cpus: CPUs each candidate asks for (its torch threads, too).
     num_gpus: GPUs each candidate of a CUDA graph asks for.
     resources: custom Ray resources every candidate asks for, e.g. ``{"a100": 1}``.
+    memory_mb: host memory each candidate asks Ray for, and may hold with the helpers
+        its worker starts; None: no booking, and at most half of its node's memory.
     runtime_env: the Ray runtime environment (``pip``, ``py_modules``, ``env_vars``...)
         for a Ray this executor connects to or starts; a local Ray gets this process's
         ``sys.path`` by default, so its workers import what the driver imports.
@@ -84,7 +96,7 @@ class RayExecutor(RemoteExecutor):
     def __init__(
         self,
         workers: int | None = None,
-        timeout_s: float | None = 1800.0,
+        timeout_s: float | Literal["auto"] | None = "auto",
         address: str | None = None,
         num_cpus: float = 1.0,
         num_gpus: float = 1.0,
@@ -92,10 +104,14 @@ class RayExecutor(RemoteExecutor):
         runtime_env: dict[str, Any] | None = None,
         fresh_workers: bool = False,
         local_cpus: int | None = None,
+        memory_mb: int | None = None,
     ) -> None:
-        super().__init__(workers, timeout_s)
+        super().__init__(workers, DEFAULT_TIMEOUT_S if timeout_s == "auto" else timeout_s)
         if num_cpus <= 0 or num_gpus <= 0:
             raise ValueError(f"num_cpus and num_gpus must be positive, got {num_cpus} and {num_gpus}")
+        if memory_mb is not None and (isinstance(memory_mb, bool) or not isinstance(memory_mb, int) or memory_mb <= 0):
+            raise ValueError(f"memory_mb must be a positive whole number of MiB or None, got {memory_mb!r}")
+        self.memory_mb = memory_mb
         self.address = address
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
@@ -156,9 +172,7 @@ class RayExecutor(RemoteExecutor):
 
     def _remote_task(self) -> Any:
         if self._task is None:
-            from aitune_ray.worker import run_candidate_task
-
-            self._task = self._ray().remote(max_retries=0)(run_candidate_task)
+            self._task = self._ray().remote(max_retries=0)(run_limited_task)
         return self._task
 
     def task_options(self, device: torch.device) -> dict[str, Any]:
@@ -168,6 +182,8 @@ class RayExecutor(RemoteExecutor):
             options["num_gpus"] = self.num_gpus
         if self.resources:
             options["resources"] = dict(self.resources)
+        if self.memory_mb is not None:
+            options["memory"] = self.memory_mb * 2**20
         if self.fresh_workers:
             options["max_calls"] = 1
         return options
@@ -180,7 +196,7 @@ class RayExecutor(RemoteExecutor):
         return None  # workers build in folders of their own: the driver's disk may be elsewhere
 
     def candidate_options(self) -> dict[str, Any]:
-        return {"threads": max(1, int(self.num_cpus))}
+        return {"threads": max(1, int(self.num_cpus)), MEMORY_KEY: self.memory_mb}
 
     def run(self, handle: Any, candidate: dict[str, Any]) -> tuple[CandidateRecord, Fetch]:
         graph: _Graph = handle
@@ -204,7 +220,8 @@ class RayExecutor(RemoteExecutor):
         except ray.exceptions.TaskCancelledError:
             return CandidateRecord.failed("run", "stopped: the strategy finished without it", worker), None
         except (ray.exceptions.RayError, StopIteration) as error:
-            return CandidateRecord.failed("run", f"worker died: {_first_line(error)}", worker, str(error)), None
+            what = "out of memory" if _out_of_memory(ray, error) else "worker died"
+            return CandidateRecord.failed("run", f"{what}: {_first_line(error)}", worker, str(error)), None
         finally:
             with graph.lock:
                 graph.running.discard(stream)
@@ -245,6 +262,39 @@ def local_temp_dir() -> dict[str, Any]:
     if not temp.is_relative_to(Path(sys.prefix).resolve()):
         return {}
     return {"_temp_dir": str(Path("/tmp") / f"ray-aitune-{os.getuid()}")}
+
+
+MEMORY_KEY = "held_memory_limit_mb"
+"""The candidate payload's key for the memory limit :func:`run_limited_task` holds it to."""
+
+
+def run_limited_task(payload: GraphPayload, candidate: dict[str, Any]) -> Iterator[Any]:
+    """The Ray task: :func:`aitune_ray.worker.run_candidate_task`, holding the candidate to its memory limit.
+
+    The limit is armed only while the task's own code runs, never while Ray holds the
+    generator between two answers, so that the exception cannot land in Ray's code.
+    """
+    from aitune_ray.worker import run_candidate_task
+
+    limit_mb = candidate.get(MEMORY_KEY) or memory.default_limit_mb()
+    task = run_candidate_task(payload, candidate)
+    if not limit_mb:
+        yield from task
+        return
+    with memory.MemoryWatch(limit_mb * 2**20, EXIT_OUT_OF_MEMORY) as watch:
+        while True:
+            with watch.armed():
+                try:
+                    answer = next(task)
+                except StopIteration:
+                    return
+            yield answer
+
+
+def _out_of_memory(ray: Any, error: BaseException) -> bool:
+    """A task stopped by Ray's memory monitor, or by its own limit (:func:`run_limited_task`)."""
+    monitor = getattr(ray.exceptions, "OutOfMemoryError", None)
+    return (monitor is not None and isinstance(error, monitor)) or memory.CandidateMemoryError.__name__ in str(error)
 
 
 def _first_line(error: BaseException) -> str:

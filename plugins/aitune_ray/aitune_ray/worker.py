@@ -2,7 +2,9 @@
 
 It runs the same code as a subprocess child (:func:`aitune_core.executors.child.run_payload`),
 in a folder of its own on the worker's machine, since the driver's cache folder may not
-exist there. It is a generator, which Ray streams: it first yields who it is
+exist there. That includes the module guard: a candidate that changes the module it
+was shipped fails at that step, and the module is put back before the next candidate
+this worker runs on the same graph. It is a generator, which Ray streams: it first yields who it is
 (``pid@host``), so the driver knows where the candidate runs and starts its time limit
 only then; then the record, as JSON; then the artifacts of an ahead-of-time backend,
 bytes that stay in Ray's object store unless the driver fetches them for the winner, so

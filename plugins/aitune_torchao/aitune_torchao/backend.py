@@ -113,6 +113,11 @@ class TorchAOBackend(Backend):
         """False: the stored quantized weights carry everything but the architecture."""
         return False
 
+    @property
+    def lossy(self) -> bool:
+        """Always: every preset and torchao config quantizes, weight-only ones included."""
+        return True
+
     def describe(self) -> str:
         """``TorchAOBackend(preset='int8wo')``, then the other fields that differ from the defaults."""
         config = self.config

@@ -6,6 +6,10 @@ kernels); only building or loading a backend does. The plugin's own status in
 detail ("fp8dq needs CUDA with compute capability >= 8.9") does not fit in that one
 reason, so each preset is its own default candidate and carries its availability;
 ``aitune plugins --candidates`` lists them.
+
+Every preset is lossy (``TorchAOBackend.lossy``), so strategies left to the defaults try
+them only when the user opts in (``ait.config.allow_lossy = True``, or tolerances given
+to the strategy); otherwise they are listed as skipped with that reason.
 """
 
 from __future__ import annotations

@@ -114,8 +114,9 @@ def test_the_configs_own_tolerance_rejects_too(helpers: Any) -> None:
 def test_default_candidates_skip_the_presets_this_machine_lacks(
     helpers: Any, aitune_fake_dist: Any, aitune_isolated_plugins: Any
 ) -> None:
-    """No backends named: the int8 presets are tried, the rest are listed as skipped, with why."""
+    """No backends named, lossy allowed: the int8 presets are tried, the rest are listed as skipped, with why."""
     aitune_isolated_plugins.load(aitune_fake_dist("aitune-torchao", entry_points={"torchao": "aitune_torchao.plugin"}))
+    ait.config.allow_lossy = True
     _, _, report = tuned(helpers, ait.MaxThroughputStrategy(profile=FAST_PROFILE))
     (graph,) = report.graphs
     skipped = {c.backend: c.reason for c in graph.candidates if c.status == "skipped"}

@@ -83,6 +83,11 @@ class TensorRTBackend(Backend):
         return tolerances_for(self.config.precision, self.config.tf32)
 
     @property
+    def lossy(self) -> bool:
+        """Half-precision kernels, or TF32 matmuls for float32 layers, round more than eager does."""
+        return self.config.precision in ("fp16", "bf16") or self.config.tf32
+
+    @property
     def profiles(self) -> list[TensorRTProfile]:
         """The engine's optimization profiles, in the engine's order (empty before a build or restore)."""
         return list(self._profiles)

@@ -1,0 +1,159 @@
+"""The Ray executor's memory limit, against a stand-in for ``ray`` (these tests need no Ray).
+
+What is checked: the options every task is submitted with (Ray's ``memory`` booking),
+the limit each candidate carries to its task, the task holding the candidate to it,
+and the driver's reason when a task ran out of memory.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from aitune_core.executors import memory
+from aitune_core.executors.payload import CandidateRecord
+from aitune_ray import executor as ray_executor
+from aitune_ray.executor import MEMORY_KEY, RayExecutor, run_limited_task
+
+
+class _RayError(Exception):
+    pass
+
+
+class _FakeRemote:
+    """What ``ray.remote(...)(function)`` gives: records its options and runs nothing."""
+
+    def __init__(self, ray: _FakeRay, function: Any, options: dict[str, Any]) -> None:
+        self.ray, self.function, self.decorator_options = ray, function, options
+
+    def options(self, **options: Any) -> _FakeRemote:
+        self.ray.submitted_options.append(options)
+        return self
+
+    def remote(self, payload: Any, candidate: dict[str, Any]) -> Iterator[Any]:
+        self.ray.submitted_candidates.append(candidate)
+        return iter(self.ray.answers)
+
+
+class _FakeRay(types.ModuleType):
+    def __init__(self) -> None:
+        super().__init__("ray")
+        self.exceptions = types.SimpleNamespace(
+            RayError=_RayError,
+            TaskCancelledError=type("TaskCancelledError", (_RayError,), {}),
+            OutOfMemoryError=type("OutOfMemoryError", (_RayError,), {}),
+        )
+        self.submitted_options: list[dict[str, Any]] = []
+        self.submitted_candidates: list[dict[str, Any]] = []
+        self.remotes: list[_FakeRemote] = []
+        self.answers: list[Any] = []
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def remote(self, **options: Any) -> Any:
+        def decorate(function: Any) -> _FakeRemote:
+            self.remotes.append(_FakeRemote(self, function, options))
+            return self.remotes[-1]
+
+        return decorate
+
+    def wait(self, refs: list[Any], timeout: float | None = None) -> tuple[list[Any], list[Any]]:
+        return refs, []
+
+    def get(self, value: Any, timeout: float | None = None) -> Any:
+        if isinstance(value, BaseException):
+            raise value
+        return value
+
+    def put(self, value: Any) -> Any:
+        return value
+
+    def cancel(self, ref: Any, force: bool = False) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_ray(monkeypatch: pytest.MonkeyPatch) -> _FakeRay:
+    ray = _FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    return ray
+
+
+def _graph(executor: RayExecutor, device: str) -> Any:
+    return ray_executor._Graph("payload", executor.task_options(torch.device(device)))
+
+
+def test_tasks_book_the_memory_limit_with_ray(fake_ray: _FakeRay) -> None:
+    executor = RayExecutor(memory_mb=2048, num_cpus=2)
+    failed = CandidateRecord.failed("build", "RuntimeError: no", "7@node")
+    fake_ray.answers = ["7@node", failed.to_json()]
+    record, fetch = executor.run(_graph(executor, "cpu"), {"label": "x", **executor.candidate_options()})
+
+    assert record.reason == "RuntimeError: no" and fetch is None
+    (remote,) = fake_ray.remotes
+    assert remote.function is run_limited_task and remote.decorator_options == {"max_retries": 0}
+    assert fake_ray.submitted_options == [{"num_cpus": 2, "memory": 2048 * 2**20}]
+    assert fake_ray.submitted_candidates[0][MEMORY_KEY] == 2048
+    assert executor.task_options(torch.device("cuda")) == {"num_cpus": 2, "num_gpus": 1.0, "memory": 2048 * 2**20}
+
+
+def test_without_a_limit_nothing_is_booked_and_the_timeout_is_the_default(fake_ray: _FakeRay) -> None:
+    executor = RayExecutor()
+    assert executor.timeout_s == 600
+    assert executor.task_options(torch.device("cpu")) == {"num_cpus": 1.0}
+    assert executor.candidate_options()[MEMORY_KEY] is None  # the task holds it to half its node's memory
+    with pytest.raises(ValueError, match="memory_mb must be a positive whole number"):
+        RayExecutor(memory_mb=0)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "OutOfMemoryError",
+        "RayError",  # a task that raised CandidateMemoryError: Ray wraps it in its own error
+    ],
+)
+def test_a_task_out_of_memory_is_a_failed_row_saying_so(fake_ray: _FakeRay, error: str) -> None:
+    executor = RayExecutor(memory_mb=512)
+    kind = getattr(fake_ray.exceptions, error)
+    text = {
+        "OutOfMemoryError": "Task was killed due to the node running low on memory.",
+        "RayError": "ray::run_limited_task() (pid=7) CandidateMemoryError: held 900 MiB, over the limit of 512 MiB",
+    }[error]
+    fake_ray.answers = ["7@node", kind(text)]
+    record, _ = executor.run(_graph(executor, "cpu"), {"label": "x", **executor.candidate_options()})
+    assert record.status == "failed" and record.worker == "7@node"
+    assert record.reason.startswith("out of memory: ")
+
+
+def test_the_task_holds_its_candidate_to_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    ended: list[int] = []
+    monkeypatch.setattr(memory.MemoryWatch, "_end_process", lambda self, held: ended.append(held))
+    monkeypatch.setattr(memory, "held_bytes", lambda pids: 900 * 2**20)
+    steps: list[str] = []
+
+    def greedy_task(payload: Any, candidate: dict[str, Any]) -> Iterator[str]:
+        yield "7@node"
+        try:
+            for _ in range(300):
+                time.sleep(0.01)  # the candidate's own code: the watch interrupts it
+        except memory.CandidateMemoryError as error:
+            steps.append(str(error))
+            yield json.dumps({"failed": str(error)})
+            return
+        yield "never"
+
+    monkeypatch.setattr("aitune_ray.worker.run_candidate_task", greedy_task)
+    task = run_limited_task("payload", {MEMORY_KEY: 512})
+    assert next(task) == "7@node"
+    time.sleep(5 * memory.CHECK_INTERVAL_S)  # Ray holds the generator between answers: over, but disarmed
+    assert json.loads(next(task)) == {"failed": "held 900 MiB, over the limit of 512 MiB"}
+    assert list(task) == [] and steps and ended == []
