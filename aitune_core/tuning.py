@@ -150,12 +150,19 @@ def _tune(
     for module in called:
         module.drop_routes()
     routes: dict[str, dict[Hashable, Route]] = {}
-    for index, module in enumerate(called, start=1):
-        for other in called:
-            if other is not module:
-                other.deactivate()
-        log.info("tuning module", module=module.name, progress=f"{index}/{len(called)}")
-        routes[module.name] = _tune_module(module, _strategy_for(module, strategy, target), target, report, executor)
+    try:
+        for index, module in enumerate(called, start=1):
+            for other in called:
+                if other is not module:
+                    other.deactivate()
+            log.info("tuning module", module=module.name, progress=f"{index}/{len(called)}")
+            strategy_for = _strategy_for(module, strategy, target)
+            routes[module.name] = _tune_module(module, strategy_for, target, report, executor)
+    except BaseException:
+        # Stopped half-way: every module goes back to the routes it served before this run.
+        for module in called:
+            module.restore(previous[module.name])
+        raise
     for module in called:
         module.set_routes(routes[module.name])
     report.timings.update(_phase_totals(report))
