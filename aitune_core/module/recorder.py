@@ -99,7 +99,9 @@ class GraphRecorder:
         record = self.graphs.get(key)
         if record is None and strict and self._over_value_limit(inputs):
             return forward(*args, **kwargs)
-        keep = record is None or len(record.samples) < config.max_num_samples_stored
+        keep = (
+            record is None or len(record.samples) < config.max_num_samples_stored or _new_batch_size(record, batch_size)
+        )
         sample = Sample(copy_to_host(arguments), batch_size) if keep else None
         try:
             outputs = forward(*args, **kwargs)
@@ -160,3 +162,14 @@ class GraphRecorder:
         for locator, value_key in new_values:
             self._values_seen[locator].add(value_key)
         return False
+
+
+MAX_BATCH_SIZE_SAMPLES = 16
+"""Beyond ``max_num_samples_stored``, one sample is kept per new batch size, up to this many more."""
+
+
+def _new_batch_size(record: GraphRecord, batch_size: int | None) -> bool:
+    """Whether a call brings a batch size the graph has no sample of: validation checks each one tuned with."""
+    if batch_size is None or len(record.samples) >= config.max_num_samples_stored + MAX_BATCH_SIZE_SAMPLES:
+        return False
+    return all(sample.batch_size != batch_size for sample in record.samples)

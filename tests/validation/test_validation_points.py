@@ -62,7 +62,9 @@ def test_every_stored_sample_and_batch_size_is_a_point_called_twice_with_differe
     points = validation_points(graph, samples)
     labels = [point.label for point in points]
     assert labels[:4] == [f"batch 1, sample {i}" for i in range(4)]
-    assert [label.split(",")[0] for label in labels[4:]] == ["batch 2", "batch 3", "batch 4", "batch 7", "batch 8"]
+    assert [sample.batch_size for sample in samples] == [1, 1, 1, 1, 2, 4, 8]
+    batches = {label.split(",")[0] for label in labels}
+    assert batches == {"batch 1", "batch 2", "batch 3", "batch 4", "batch 7", "batch 8"}
     for point in points:
         first, second = (tensors(call)[0] for call in point.calls)
         assert first.shape == second.shape and not torch.equal(first, second), point.label
