@@ -39,5 +39,7 @@ def aitune_default_candidates(device: torch.device) -> Sequence[Candidate] | Non
         provider = "cuda"
     else:
         return None
-    backend = ONNXRuntimeBackend(provider=provider)
+    # TF32 off: the default candidate computes float32 as eager does, so it stays lossless.
+    options = {"use_tf32": "0"} if provider == "cuda" else None
+    backend = ONNXRuntimeBackend(provider=provider, provider_options=options)
     return [Candidate(backend, priority=ORT_PRIORITY, availability=provider_availability(provider, device))]
