@@ -26,6 +26,7 @@ module per ``tune()`` (per graph in a worker), not per candidate.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import tempfile
@@ -80,7 +81,10 @@ def _tensor_bytes(tensor: torch.Tensor) -> Any:
         return b"meta"
     try:
         flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-        return flat.view(torch.uint8).numpy()  # a buffer: hashed without a copy
+        if type(flat) is not torch.Tensor or flat.is_quantized:
+            raise TypeError(type(tensor).__qualname__)
+        # Read straight from memory: numpy is not a dependency of aitune-core.
+        return ctypes.string_at(flat.data_ptr(), flat.numel() * flat.element_size())
     except (RuntimeError, TypeError, NotImplementedError):  # quantized or other tensor subclasses
         return f"unreadable {type(tensor).__qualname__}".encode()
 
