@@ -86,7 +86,8 @@ class Config:
         one argument may take before new values stop creating graphs. A float such as a
         temperature that changes on every call would otherwise create a graph per call;
         past the limit such calls run eagerly, with one warning naming the argument.
-    cache_dir: where backends write what they build, one folder per module, graph and backend.
+    cache_dir: where backends write what they build: a private folder per candidate under ``builds/``,
+        named after the weights, graph and backend it was built from; loads deploy under ``loaded/``.
     fallback: what a tuned module does with a call it was not tuned for (an unseen graph or a
         shape outside the tuned range): ``"eager"`` runs the original module, ``"raise"`` raises.
     on_all_candidates_failed: when no candidate of a graph survives, ``"eager"`` keeps that
