@@ -20,17 +20,6 @@ from aitune_core.validation.inputs import CallInputs
 MEMORY_FRACTION = 0.25
 
 
-def sweep_batch_sizes(low: int, high: int) -> list[int]:
-    """Powers of two from ``low`` to ``high``, with both ends included."""
-    sizes = {low, high}
-    size = 1
-    while size < high:
-        if size > low:
-            sizes.add(size)
-        size *= 2
-    return sorted(sizes)
-
-
 def available_memory_bytes(device: torch.device) -> int | None:
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)

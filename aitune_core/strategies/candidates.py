@@ -24,11 +24,11 @@ import torch
 
 from aitune_core.backends.artifacts import seal_passed
 from aitune_core.backends.base import Backend, BuildContext
+from aitune_core.graphs.batch_sizes import sweep_batch_sizes
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.guard import ModuleChangedError, ModuleGuard, ModuleRestoreError
 from aitune_core.profiling.measurement import Measurement, ProfileConfig, measure
-from aitune_core.profiling.sweep import sweep_batch_sizes
 from aitune_core.validation.inputs import CallInputs, batch_call, validation_calls
 from aitune_core.validation.points import validation_points
 from aitune_core.validation.reference import EagerReference

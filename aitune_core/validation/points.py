@@ -26,6 +26,7 @@ from typing import Any
 import attrs
 import torch
 
+from aitune_core.graphs.batch_sizes import sweep_batch_sizes
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.metadata.locator import Locator, walk_inputs
 from aitune_core.metadata.resize import resize
@@ -54,12 +55,7 @@ def validation_batch_sizes(graph: GraphSpec, samples: list[Sample]) -> list[int]
     if batch_range is None:
         return []
     low, high = batch_range
-    sizes = {low, high}
-    size = 1
-    while size < high:
-        if size > low:
-            sizes.add(size)
-        size *= 2
+    sizes = set(sweep_batch_sizes(low, high))
     sizes |= {s.batch_size for s in samples if s.batch_size is not None and low <= s.batch_size <= high}
     above_low = low + 1 if not _power_of_two(low + 1) else low + 2
     below_high = high - 1 if not _power_of_two(high - 1) else high - 2
