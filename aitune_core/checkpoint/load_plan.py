@@ -216,7 +216,7 @@ def check_graph(spec: GraphSpec, samples: list[Sample], signature: ForwardSignat
                 f"its inputs name `{locator.root}`, which is not a parameter of this module's forward "
                 f"({', '.join(sorted(parameters))})"
             )
-    from aitune_core.graphs.keying import graph_key
+    from aitune_core.module.recorder import call_key
     from aitune_core.module.router import Route
     from aitune_core.plugins.manager import graph_key_parts
 
@@ -226,11 +226,7 @@ def check_graph(spec: GraphSpec, samples: list[Sample], signature: ForwardSignat
         arguments = sample.arguments
         if not isinstance(arguments, dict) or not set(arguments) <= parameters:
             raise CheckpointError(f"stored sample {index} is not a call of this module's forward")
-        key: Any = graph_key(arguments, spec.input_spec.strict)
-        if key_parts is not None:
-            extra = key_parts(arguments)
-            if extra is not None:
-                key = (*key, ("plugin", extra))
+        key = call_key(arguments, spec.input_spec.strict, key_parts)
         # Samples are kept on the CPU; the graph may have been tuned on another device type.
         if _retarget(key, "cpu") != _retarget(spec.key, "cpu"):
             raise CheckpointError(f"stored sample {index} does not belong to this graph: the graph key differs")

@@ -81,12 +81,7 @@ class GraphRecorder:
         return [record.spec for record in self.graphs.values()]
 
     def key(self, arguments: dict[str, Any], strict: bool) -> tuple[Hashable, ...]:
-        key = graph_key(arguments, strict)
-        if self._key_parts is not None:
-            extra = self._key_parts(arguments)
-            if extra is not None:
-                key = (*key, ("plugin", extra))
-        return key
+        return call_key(arguments, strict, self._key_parts)
 
     def record(self, forward: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self.calls += 1
@@ -162,6 +157,18 @@ class GraphRecorder:
         for locator, value_key in new_values:
             self._values_seen[locator].add(value_key)
         return False
+
+
+def call_key(
+    arguments: dict[str, Any], strict: bool, key_parts: Callable[[dict[str, Any]], Hashable] | None
+) -> tuple[Hashable, ...]:
+    """The graph key of a normalized call, with the plugins' part when they give one."""
+    key = graph_key(arguments, strict)
+    if key_parts is not None:
+        extra = key_parts(arguments)
+        if extra is not None:
+            key = (*key, ("plugin", extra))
+    return key
 
 
 MAX_BATCH_SIZE_SAMPLES = 16

@@ -24,12 +24,14 @@ def fingerprint(model: nn.Module) -> dict[str, Any]:
         },
         "modes": [(name, module.training) for name, module in model.named_modules()],
         "types": [(name, type(module)) for name, module in model.named_modules()],
+        "modules": [id(module) for module in model.modules()],
     }
 
 
 def assert_unchanged(before: dict[str, Any], after: dict[str, Any]) -> None:
     assert before["modes"] == after["modes"], "a failed load changed modes"
     assert before["types"] == after["types"], "a failed load changed the module tree"
+    assert before["modules"] == after["modules"], "a failed load replaced submodules"
     assert before["state"].keys() == after["state"].keys(), "a failed load changed the state dict's keys"
     for name, (identity, pointer, values) in before["state"].items():
         identity_after, pointer_after, values_after = after["state"][name]

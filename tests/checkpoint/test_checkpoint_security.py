@@ -24,6 +24,7 @@ from aitune_core.config import config
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module
 from aitune_core.profiling import ProfileConfig
 from aitune_core.testing.checkpoint_fuzz import Canaries, fuzz_manifest
+from aitune_core.testing.load_guard import assert_unchanged, fingerprint
 
 load_module = importlib.import_module("aitune_core.checkpoint.load")
 FAST = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.001, max_time_s=0.01, max_batch_search=False)
@@ -83,27 +84,6 @@ def _edit(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
     (path / "manifest.json").write_text(json.dumps(manifest))
 
 
-def _fingerprint(model: nn.Module) -> dict[str, Any]:
-    """Everything a load could change: tensors (objects and values), modes, the module tree."""
-    return {
-        "state": {name: (id(t), t.data_ptr(), t.clone()) for name, t in model.state_dict(keep_vars=True).items()},
-        "modes": [(name, m.training) for name, m in model.named_modules()],
-        "types": [(name, type(m)) for name, m in model.named_modules()],
-        "modules": [id(m) for m in model.modules()],
-    }
-
-
-def _assert_same(before: dict[str, Any], after: dict[str, Any]) -> None:
-    assert before["modes"] == after["modes"]
-    assert before["types"] == after["types"]
-    assert before["modules"] == after["modules"]
-    assert before["state"].keys() == after["state"].keys()
-    for name, (identity, pointer, values) in before["state"].items():
-        identity_after, pointer_after, values_after = after["state"][name]
-        assert (identity, pointer) == (identity_after, pointer_after), name
-        torch.testing.assert_close(values, values_after, rtol=0, atol=0)
-
-
 # --------------------------------------------------------------------------- signing
 def test_a_signed_checkpoint_loads_with_its_key(checkpoint: tuple[Path, str, torch.Tensor, torch.Tensor]) -> None:
     path, _, x, y = checkpoint
@@ -133,10 +113,10 @@ def test_verify_key_refuses_what_was_not_signed_as_it_is(
     else:
         (path / "signature.json").unlink()
     model = Pipeline().eval()
-    before = _fingerprint(model)
+    before = fingerprint(model)
     with pytest.raises(CheckpointError, match=r"signature|not signed"):
         load(model, path, verify_key=key)
-    _assert_same(before, _fingerprint(model))
+    assert_unchanged(before, fingerprint(model))
 
 
 def test_short_keys_are_refused(checkpoint: tuple[Path, str, torch.Tensor, torch.Tensor]) -> None:
@@ -199,10 +179,10 @@ def test_a_refused_checkpoint_leaves_the_model_as_it_was(
     damage(path)
     model = build()
     model.encoder.train()  # a mode load must not touch either
-    before = _fingerprint(model)
+    before = fingerprint(model)
     with pytest.raises(CheckpointError, match=message) as raised:
         load(model, path)
-    _assert_same(before, _fingerprint(model))
+    assert_unchanged(before, fingerprint(model))
     assert name not in MODULE_REGISTRY.modules
     assert "payload ran" not in capfd.readouterr().out
     if failure not in ("empty", "wrong width", "pickle samples"):
@@ -235,11 +215,11 @@ def test_a_load_failing_at_any_step_of_applying_puts_everything_back(
 
     monkeypatch.setattr(owner, attribute, fail_after_running)
     model = Pipeline().eval()
-    before = _fingerprint(model)
+    before = fingerprint(model)
     with pytest.raises((RuntimeError, CheckpointError), match="injected failure"):
         load(model, path)
     assert calls["n"] >= 1
-    _assert_same(before, _fingerprint(model))
+    assert_unchanged(before, fingerprint(model))
     assert name not in MODULE_REGISTRY.modules
     monkeypatch.setattr(owner, attribute, original)
     # Nothing is left half-registered: the same model loads now.
@@ -334,11 +314,11 @@ def test_fuzzed_manifests_are_refused_or_load_harmlessly(
     path, _, x, y = checkpoint
     canaries = Canaries.make(tmp_path / "canaries")
     model = Pipeline().eval()
-    before = _fingerprint(model)
+    before = fingerprint(model)
     report = fuzz_manifest(model, path, canaries)
     assert report.unexpected == []
     assert report.cases > 500 and report.refused > report.cases // 2
-    _assert_same(before, _fingerprint(model))
+    assert_unchanged(before, fingerprint(model))
     canaries.assert_untouched()
     # Every field that took a hostile value loads for real, and the answers do not change.
     for field, data in report.accepted.items():
