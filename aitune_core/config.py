@@ -15,6 +15,7 @@ import attrs
 
 if TYPE_CHECKING:
     from aitune_core.executors.base import Executor
+    from aitune_core.profiling.timer import Timer
 
 
 def _default_cache_dir() -> Path:
@@ -75,6 +76,13 @@ def _executor_choice(_instance: Any, attribute: attrs.Attribute[Any], value: Any
         )
 
 
+def _timer_choice(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    from aitune_core.profiling.timer import Timer
+
+    if value is not None and not isinstance(value, Timer):
+        raise ValueError(f"config.{attribute.name} must be a Timer (or None for the wall clock), got {value!r}")
+
+
 @attrs.define(on_setattr=[attrs.setters.convert, attrs.setters.validate])
 class Config:
     """aitune's settings.
@@ -101,6 +109,10 @@ class Config:
         ``AITUNE_ALLOW_LOSSY=1``, so that a user who asked for nothing gets eager's numbers.
         Backends named in a strategy, and every candidate of a strategy given tolerances,
         are tried whatever this says.
+    timer: where profiling takes its times when a strategy is given none: None is the
+        wall clock. Tests and benches set a
+        :class:`~aitune_core.profiling.timer.ScriptedTimer`, so that which backend wins
+        does not depend on how busy the machine is.
     """
 
     strict_mode: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
@@ -113,6 +125,7 @@ class Config:
     )
     executor: str | Executor = attrs.field(factory=_default_executor, validator=_executor_choice)
     allow_lossy: bool = attrs.field(factory=_default_allow_lossy, validator=_boolean)
+    timer: Timer | None = attrs.field(default=None, validator=lambda *args: _timer_choice(*args))
 
     def reset(self) -> None:
         """Restore every setting to its default (tests and notebooks use this)."""

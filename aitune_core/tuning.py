@@ -257,7 +257,14 @@ def _tune_graphs(
             backend = strategy.tune(
                 module.module, module.name, graph, record.samples, device, cache_dir, module.signature, executor, guard
             )
-        graph_report = GraphReport(module.name, graph.name, type(strategy).__name__, list(strategy.results))
+        graph_report = GraphReport(
+            module.name,
+            graph.name,
+            type(strategy).__name__,
+            list(strategy.results),
+            list(strategy.session.eager_sweep) if strategy.session is not None else [],
+            list(strategy.eager_serves),
+        )
         report.graphs.append(graph_report)
         selected = graph_report.selected
         if selected is not None and selected.status == "fallback" and config.on_all_candidates_failed == "raise":
@@ -265,7 +272,7 @@ def _tune_graphs(
                 f"module `{module.name}`, graph {graph.name}: no candidate qualified ({selected.reason}); "
                 "set aitune_core.config.on_all_candidates_failed = 'eager' to keep such graphs eager"
             )
-        routes[graph.key] = Route(graph, backend, selected.eager_up_to if selected is not None else None)
+        routes[graph.key] = Route(graph, backend, strategy.lower)
     return routes
 
 

@@ -8,10 +8,11 @@ the backends that compile again. It never imports a backend or loads a tensor.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from aitune_core.checkpoint.files import verify
 from aitune_core.checkpoint.load import read
-from aitune_core.checkpoint.manifest import Manifest
+from aitune_core.checkpoint.manifest import GraphEntry, Manifest
 from aitune_core.checkpoint.signing import is_signed
 from aitune_core.metadata.tables import render_table
 
@@ -48,18 +49,23 @@ def describe_checkpoint(path: str | os.PathLike[str], verify_hashes: bool = True
         lines.append(f"Module `{module.name}` at {where}, weights {weights}")
         rows = []
         for graph in module.graphs:
-            artifacts = ", ".join(f"{name} ({_size(ref.size)})" for name, ref in graph.backend.artifacts.items())
-            rows.append(
-                [
-                    graph.spec.name,
-                    graph.backend.description,
-                    f"{graph.backend.distribution} {graph.backend.version}",
-                    "JIT" if graph.backend.is_jit else "AOT",
-                    artifacts or "-",
-                    graph.samples_note or (f"{len(graph.sample_trees)} stored" if graph.samples else "-"),
-                ]
-            )
-        lines.append(render_table(rows, ["Graph", "Backend", "Plugin", "Kind", "Artifacts", "Samples"], "simple"))
+            for serves, backend in _served(graph):
+                stored = backend.artifacts.items() if backend is not None else ()
+                artifacts = ", ".join(f"{name} ({_size(ref.size)})" for name, ref in stored)
+                rows.append(
+                    [
+                        graph.spec.name,
+                        serves,
+                        backend.description if backend is not None else "eager",
+                        f"{backend.distribution} {backend.version}" if backend else "-",
+                        ("JIT" if backend.is_jit else "AOT") if backend else "-",
+                        artifacts or "-",
+                        graph.samples_note or (f"{len(graph.sample_trees)} stored" if graph.samples else "-"),
+                    ]
+                )
+        lines.append(
+            render_table(rows, ["Graph", "Serves", "Backend", "Plugin", "Kind", "Artifacts", "Samples"], "simple")
+        )
         for graph in module.graphs:
             lines.append("")
             lines.append(f"Graph {graph.spec.name}:")
@@ -70,17 +76,35 @@ def describe_checkpoint(path: str | os.PathLike[str], verify_hashes: bool = True
 def _would_run(manifest: Manifest) -> list[str]:
     """What loading executes besides reading data: native code it loads, and compilers it starts."""
     native = [
-        f"    {module.name}/{graph.spec.name}: {graph.backend.name} {name} ({ref.path}, {_size(ref.size)})"
+        f"    {module.name}/{graph.spec.name}: {backend.name} {name} ({ref.path}, {_size(ref.size)})"
         for module in manifest.modules
         for graph in module.graphs
-        for name, ref in graph.backend.artifacts.items()
+        for backend in graph.backend_entries()
+        for name, ref in backend.artifacts.items()
         if ref.native
     ]
     jit = sorted(
-        {graph.backend.description for module in manifest.modules for graph in module.graphs if graph.backend.is_jit}
+        {
+            backend.description
+            for module in manifest.modules
+            for graph in module.graphs
+            for backend in graph.backend_entries()
+            if backend.is_jit
+        }
     )
     lines = ["  native code: " + ("none" if not native else "loading runs these (needs trust_native_code=True):")]
     lines.extend(native)
     if jit:
         lines.append("  compiled again at load from the stored samples: " + ", ".join(jit))
     return lines
+
+
+def _served(graph: GraphEntry) -> list[tuple[str, Any]]:
+    """``(batch range, backend entry or None for eager)`` for each range of the graph, lowest first."""
+    found: list[tuple[str, Any]] = []
+    low = 1
+    for stored in graph.lower:
+        found.append((f"batch {low}-{stored.up_to}" if low != stored.up_to else f"batch {low}", stored.backend))
+        low = stored.up_to + 1
+    found.append(("every call" if not graph.lower else f"batch {low}+", graph.backend))
+    return found

@@ -133,7 +133,7 @@ def _apply(model: nn.Module, plan: LoadPlan, release_weights: bool, unpacked: Pa
     for module, wrapper in zip(plan.modules, wrappers, strict=True):
         wrapper.__dict__["_loaded_files"] = files
         graphs = module.entry.graphs
-        if release_weights and graphs and not any(graph.backend.is_jit for graph in graphs):
+        if release_weights and graphs and not any(b.is_jit for graph in graphs for b in graph.backend_entries()):
             wrapper.release_weights(
                 "the original weights were released at load (release_weights=True); load without it to keep "
                 "eager fallback for such calls"
@@ -161,25 +161,26 @@ def _apply_module(model: nn.Module, plan: ModulePlan, snapshot: ModelSnapshot, f
                 setattr(parent, attribute, wrapper)
     routes: dict[Hashable, Route] = {}
     for graph in plan.graphs:
-        backend, spec = graph.backend, graph.spec
-        with about(entry.name, spec.name, graph.entry.backend.name):
-            wrapper.add_graph(spec, graph.samples)
-            context = BuildContext(
-                module=inner,
-                module_name=entry.name,
-                graph_spec=spec,
-                samples=graph.samples,
-                device=plan.device,
-                cache_dir=folder / spec.name / backend.key(),
-                signature=wrapper.signature,
-            )
-            context.cache_dir.mkdir(parents=True, exist_ok=True)
-            if backend.is_jit:
-                get_logger(module=entry.name, graph=spec.name).info(
-                    "recompiling JIT backend from stored samples", backend=graph.entry.backend.description
+        spec = graph.spec
+        wrapper.add_graph(spec, graph.samples)
+        for index, (stored, backend) in enumerate(graph.backends()):
+            with about(entry.name, spec.name, stored.name):
+                context = BuildContext(
+                    module=inner,
+                    module_name=entry.name,
+                    graph_spec=spec,
+                    samples=graph.samples,
+                    device=plan.device,
+                    cache_dir=folder / spec.name / str(index) / backend.key(),
+                    signature=wrapper.signature,
                 )
-            backend.deploy(context)
-        routes[spec.key] = Route(spec, backend, graph.entry.eager_up_to)
+                context.cache_dir.mkdir(parents=True, exist_ok=True)
+                if backend.is_jit:
+                    get_logger(module=entry.name, graph=spec.name).info(
+                        "recompiling JIT backend from stored samples", backend=stored.description
+                    )
+                backend.deploy(context)
+        routes[spec.key] = Route(spec, graph.backend, graph.lower)
     wrapper.set_routes(routes)
     return wrapper
 

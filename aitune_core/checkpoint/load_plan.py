@@ -20,7 +20,14 @@ from torch import nn
 
 from aitune_core.backends.base import Backend
 from aitune_core.checkpoint.files import load_tensors, verify
-from aitune_core.checkpoint.manifest import CheckpointError, GraphEntry, Manifest, ModuleEntry, parse_manifest
+from aitune_core.checkpoint.manifest import (
+    BackendEntry,
+    CheckpointError,
+    GraphEntry,
+    Manifest,
+    ModuleEntry,
+    parse_manifest,
+)
 from aitune_core.checkpoint.samples import decode_samples
 from aitune_core.checkpoint.signing import SigningKey, verify_signature
 from aitune_core.graphs.forward_signature import ForwardSignature
@@ -38,6 +45,16 @@ class GraphPlan:
     samples: list[Sample]
     backend: Backend
     """Restored with ``from_dict`` (config checked, nothing loaded yet); deployed when applied."""
+    lower: list[tuple[int, Backend | None]] = attrs.field(factory=list)
+    """The lower batch ranges' backends, restored the same way; None is eager."""
+
+    def backends(self) -> list[tuple[BackendEntry, Backend]]:
+        """Every stored backend with its manifest entry, the main one first, each once."""
+        pairs = [(self.entry.backend, self.backend)]
+        for (_, backend), stored in zip(self.lower, self.entry.lower, strict=True):
+            if backend is not None and stored.backend is not None and all(backend is not b for _, b in pairs):
+                pairs.append((stored.backend, backend))
+        return pairs
 
 
 @attrs.define(eq=False)
@@ -196,11 +213,33 @@ def _plan_graph(
             samples = decode_samples(load_tensors(root / graph.samples.path, map_location="cpu"), graph.sample_trees)
         check_graph(spec, samples, signature)
         spec = GraphSpec(spec.name, spec.input_spec, spec.output_spec, _retarget(spec.key, device.type))
-    with about(module.name, name, graph.backend.name):
-        cls = _backend_class(graph)
-        artifacts = {artifact: str(root / ref.path) for artifact, ref in graph.backend.artifacts.items()}
-        backend = cls.from_dict({"config": graph.backend.config, "artifacts": artifacts, "extra": graph.backend.extra})
-    return GraphPlan(graph, spec, samples, backend)
+    restored: dict[int, Backend] = {}
+
+    def restore(entry: BackendEntry) -> Backend:
+        if id(entry) not in restored:
+            with about(module.name, name, entry.name):
+                restored[id(entry)] = _restore_backend(root, entry)
+        return restored[id(entry)]
+
+    backend = restore(graph.backend)
+    lower: list[tuple[int, Backend | None]] = []
+    previous = 0
+    for stored in graph.lower:
+        if stored.up_to <= previous:
+            raise CheckpointError(
+                f"module `{module.name}`, graph `{name}`: its batch ranges are not ascending "
+                f"({stored.up_to} after {previous})"
+            )
+        previous = stored.up_to
+        lower.append((stored.up_to, None if stored.backend is None else restore(stored.backend)))
+    return GraphPlan(graph, spec, samples, backend, lower)
+
+
+def _restore_backend(root: Path, entry: BackendEntry) -> Backend:
+    """The backend of ``entry``, from its installed class: config checked, nothing loaded yet."""
+    cls = _backend_class(entry)
+    artifacts = {artifact: str(root / ref.path) for artifact, ref in entry.artifacts.items()}
+    return cls.from_dict({"config": entry.config, "artifacts": artifacts, "extra": entry.extra})
 
 
 def check_graph(spec: GraphSpec, samples: list[Sample], signature: ForwardSignature) -> None:
@@ -235,13 +274,12 @@ def check_graph(spec: GraphSpec, samples: list[Sample], signature: ForwardSignat
             raise CheckpointError(f"stored sample {index} is outside the graph's shapes: {reason}")
 
 
-def _backend_class(graph: GraphEntry) -> type[Backend]:
+def _backend_class(entry: BackendEntry) -> type[Backend]:
     """The installed class for the backend, when the distribution that wrote it is the one that registers it."""
     from aitune_core.checkpoint.save import backend_origin
     from aitune_core.plugins import get_backend_class
     from aitune_core.plugins.records import UnknownBackendError
 
-    entry = graph.backend
     try:
         cls = get_backend_class(entry.name)
     except UnknownBackendError:
@@ -290,11 +328,12 @@ def native_artifacts(plans: list[ModulePlan]) -> list[str]:
     found = []
     for module in plans:
         for graph in module.graphs:
-            declared = graph.backend.native_artifacts()
-            for name, ref in graph.entry.backend.artifacts.items():
-                if name in declared or ref.native:
-                    where = f"{module.entry.name}/{graph.spec.name}"
-                    found.append(f"{where}: {graph.entry.backend.name} {name} ({ref.path})")
+            for entry, backend in graph.backends():
+                declared = backend.native_artifacts()
+                for name, ref in entry.artifacts.items():
+                    if name in declared or ref.native:
+                        where = f"{module.entry.name}/{graph.spec.name}"
+                        found.append(f"{where}: {entry.name} {name} ({ref.path})")
     return found
 
 

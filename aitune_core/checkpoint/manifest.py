@@ -18,7 +18,7 @@ import cattrs
 from aitune_core.backends.state import BackendState
 from aitune_core.checkpoint.specs import GraphSpecData
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MANIFEST_NAME = "manifest.json"
 
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
@@ -33,7 +33,17 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2}
+def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 routes batch ranges to several backends; version 2's ``eager_up_to`` is the lowest range, eager's."""
+    for module in data.get("modules", []) if isinstance(data.get("modules"), list) else []:
+        for graph in module.get("graphs", []) if isinstance(module, dict) else []:
+            if isinstance(graph, dict) and "eager_up_to" in graph:
+                up_to = graph.pop("eager_up_to")
+                graph["lower"] = [] if up_to is None else [{"up_to": up_to, "backend": None}]
+    return data
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3}
 """``MIGRATIONS[n]`` turns a version-``n`` manifest dict into a version ``n + 1`` one."""
 
 
@@ -77,14 +87,27 @@ class BackendEntry:
 
 
 @attrs.define
+class RangeEntry:
+    """Calls with a batch up to ``up_to`` (above the previous range) go to ``backend``; None is eager."""
+
+    up_to: int
+    backend: BackendEntry | None
+
+
+@attrs.define
 class GraphEntry:
     spec: GraphSpecData
     backend: BackendEntry
+    """The backend serving the batches above every range in ``lower`` (all of them without any)."""
     samples: ArtifactRef | None = None
     sample_trees: list[dict[str, Any]] = attrs.field(factory=list)
     samples_note: str = ""
-    eager_up_to: int | None = None
-    """Calls with a batch up to this size run eagerly (measured faster there)."""
+    lower: list[RangeEntry] = attrs.field(factory=list)
+    """The batch ranges below ``backend``'s, ascending, each with the backend measured fastest there."""
+
+    def backend_entries(self) -> list[BackendEntry]:
+        """Every backend this graph stores, ``backend`` first."""
+        return [self.backend, *(r.backend for r in self.lower if r.backend is not None)]
 
 
 @attrs.define
@@ -110,7 +133,8 @@ class Manifest:
             if module.weights is not None:
                 refs.append(module.weights)
             for graph in module.graphs:
-                refs.extend(graph.backend.artifacts.values())
+                for backend in graph.backend_entries():
+                    refs.extend(backend.artifacts.values())
                 if graph.samples is not None:
                     refs.append(graph.samples)
         return refs

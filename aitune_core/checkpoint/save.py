@@ -37,6 +37,7 @@ from aitune_core.checkpoint.manifest import (
     Manifest,
     ModuleEntry,
     PluginRef,
+    RangeEntry,
     write_manifest,
 )
 from aitune_core.checkpoint.samples import encode_samples
@@ -117,11 +118,9 @@ def _write_contents(modules: list[tuple[str, Module]], root: Path) -> Manifest:
             route = module.routes.get(record.spec.key)
             if route is None:
                 continue
-            entry = _graph_entry(
-                root, f"{folder}/graphs/{record.spec.name}", record, route.backend, distributions, module.name
+            graphs.append(
+                _graph_entry(root, f"{folder}/graphs/{record.spec.name}", record, route, distributions, module.name)
             )
-            entry.eager_up_to = route.eager_up_to
-            graphs.append(entry)
         entries.append(ModuleEntry(module.name, model_path, weights, graphs))
     return Manifest(
         format_version=FORMAT_VERSION,
@@ -133,34 +132,23 @@ def _write_contents(modules: list[tuple[str, Module]], root: Path) -> Manifest:
 
 
 def _graph_entry(
-    root: Path, folder: str, record: Any, backend: Any, distributions: dict[str, str], module_name: str = ""
+    root: Path, folder: str, record: Any, route: Any, distributions: dict[str, str], module_name: str = ""
 ) -> GraphEntry:
-    """The manifest entry of one graph, its artifacts and samples written under ``root/folder``.
+    """The manifest entry of one graph, its backends' artifacts and its samples written under ``root/folder``.
 
-    Any error names the module, the graph and the backend.
+    A backend serving a lower batch range gets its own folder (``ranges/<n>``). Any
+    error names the module, the graph and the backend.
     """
-    with about(module_name, record.spec.name, backend.describe()):
-        try:
-            data = check_persistable(backend)
-        except NotPersistableError as error:
-            raise CheckpointError(str(error)) from None
-        artifacts = _write_artifacts(root, folder, backend, data.get("artifacts", {}))
-        distribution, version = backend_origin(type(backend).name)
-        distributions[distribution] = version
-        entry = GraphEntry(
-            spec=GraphSpecData.of(record.spec),
-            backend=BackendEntry(
-                name=type(backend).name,
-                distribution=distribution,
-                version=version,
-                config=data.get("config", {}),
-                state=backend.state.name,
-                is_jit=backend.is_jit,
-                description=backend.describe(),
-                artifacts=artifacts,
-                extra=data.get("extra", {}),
-            ),
-        )
+    main = _backend_entry(root, folder, route.backend, distributions, module_name, record.spec.name)
+    written = {id(route.backend): main}
+    lower = []
+    for index, (up_to, backend) in enumerate(route.lower):
+        if backend is not None and id(backend) not in written:
+            where = f"{folder}/ranges/{index}"
+            written[id(backend)] = _backend_entry(root, where, backend, distributions, module_name, record.spec.name)
+        lower.append(RangeEntry(up_to, None if backend is None else written[id(backend)]))
+    entry = GraphEntry(spec=GraphSpecData.of(record.spec), backend=main, lower=lower)
+    with about(module_name, record.spec.name):
         encoded = encode_samples(record.samples)
         if isinstance(encoded, str):
             entry.samples_note = encoded
@@ -170,6 +158,30 @@ def _graph_entry(
             entry.samples = add_file(root, f"{folder}/samples.pt")
             entry.sample_trees = trees
         return entry
+
+
+def _backend_entry(
+    root: Path, folder: str, backend: Any, distributions: dict[str, str], module_name: str, graph: str
+) -> BackendEntry:
+    with about(module_name, graph, backend.describe()):
+        try:
+            data = check_persistable(backend)
+        except NotPersistableError as error:
+            raise CheckpointError(str(error)) from None
+        artifacts = _write_artifacts(root, folder, backend, data.get("artifacts", {}))
+        distribution, version = backend_origin(type(backend).name)
+        distributions[distribution] = version
+        return BackendEntry(
+            name=type(backend).name,
+            distribution=distribution,
+            version=version,
+            config=data.get("config", {}),
+            state=backend.state.name,
+            is_jit=backend.is_jit,
+            description=backend.describe(),
+            artifacts=artifacts,
+            extra=data.get("extra", {}),
+        )
 
 
 def _write_artifacts(root: Path, folder: str, backend: Any, declared: dict[str, Any]) -> dict[str, ArtifactRef]:

@@ -11,11 +11,15 @@ the backend: it goes to eager, or raises when ``config.fallback == "raise"``.
 
 Nor do they follow the module once built: see :mod:`aitune_core.module.staleness` for
 when calls go to eager because the module changed.
+
+A graph may be served by more than one backend, each over a range of batch sizes
+(ONNX Runtime for batch 1-4, AOT Inductor above, say), with eager serving the ranges
+where nothing beat it. The route then reads the call's batch size and picks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from aitune_core.graphs.graph_spec import GraphSpec
@@ -51,16 +55,37 @@ def follows_weights(backend: Any) -> bool:
     return isinstance(backend, TorchEagerBackend)
 
 
+RUN_EAGERLY = object()
+"""What :meth:`Route.pick` returns for a call that the original module serves."""
+
+
 class Route:
-    """A graph's backend and the checks a call must pass to use it."""
+    """A graph's backends, by batch range, and the checks a call must pass to use them.
 
-    __slots__ = ("backend", "batch_axis", "call", "check_batch", "checks", "eager_up_to", "follows_weights", "graph")
+    backend: serves every batch above the ``lower`` ranges (all of them without any).
+    lower: ``(up_to, backend)`` pairs, ascending: batches up to ``up_to`` (and above
+        the previous pair's) go to ``backend``, or to the original module where it is None.
+    """
 
-    def __init__(self, graph: GraphSpec, backend: Any, eager_up_to: int | None = None) -> None:
+    __slots__ = (
+        "backend",
+        "batch_axis",
+        "call",
+        "check_batch",
+        "checks",
+        "follows_weights",
+        "graph",
+        "lower",
+        "lower_calls",
+    )
+
+    def __init__(self, graph: GraphSpec, backend: Any, lower: Sequence[tuple[int, Any | None]] = ()) -> None:
         self.graph = graph
         self.backend = backend
         self.call = backend
-        self.follows_weights = follows_weights(backend)
+        self.lower: tuple[tuple[int, Any | None], ...] = tuple(sorted(lower, key=lambda pair: pair[0]))
+        self.lower_calls: tuple[tuple[int, Any], ...] = ()
+        self.follows_weights = all(follows_weights(b) for b in self.backends)
         self.refresh()
         self.checks = [
             _TensorCheck(locator, spec.min_shape, spec.max_shape, spec.get_batch_axis_multipliers())
@@ -71,7 +96,8 @@ class Route:
             ((check, axis, multiplier) for check in self.checks for axis, multiplier in check.batch_multipliers),
             None,
         )
-        self.eager_up_to = eager_up_to if self.batch_axis is not None else None
+        if self.batch_axis is None:
+            self.lower, self.lower_calls = (), ()
         multipliers = [m for check in self.checks for _, m in check.batch_multipliers]
         # One batch axis with multiplier 1 needs no extra check: its range check is enough.
         self.check_batch = len(multipliers) > 1 or any(m != 1 for m in multipliers)
@@ -82,16 +108,60 @@ class Route:
         Only valid while the backend is ACTIVE or DEPLOYED: the wrapper refreshes its
         routes whenever it activates them, and routes nothing while they are released.
         """
-        callable_ = getattr(self.backend, "inference_callable", None)
-        self.call = callable_() if callable_ is not None else self.backend
+        self.call = _direct_call(self.backend)
+        self.lower_calls = tuple(
+            (up_to, RUN_EAGERLY if backend is None else _direct_call(backend)) for up_to, backend in self.lower
+        )
 
-    def runs_eagerly(self, arguments: dict[str, Any]) -> bool:
-        """Whether this call's batch is small enough that eager was measured faster."""
-        if self.eager_up_to is None or self.batch_axis is None:
-            return False
+    @property
+    def backends(self) -> list[Any]:
+        """Every backend this route calls, the one above the ranges first."""
+        found = [self.backend]
+        for _, backend in self.lower:
+            if backend is not None and all(backend is not seen for seen in found):
+                found.append(backend)
+        return found
+
+    @property
+    def eager_up_to(self) -> int | None:
+        """The largest batch that the original module serves, when the lowest range is eager's."""
+        if self.lower and self.lower[0][1] is None:
+            return self.lower[0][0]
+        return None
+
+    def ranges(self, low: int, high: int) -> list[tuple[int, int, Any | None]]:
+        """``(first, last, backend)`` for each batch range within ``low..high``; None is eager."""
+        found, start = [], low
+        for up_to, backend in self.lower:
+            if up_to >= start:
+                found.append((start, min(up_to, high), backend))
+                start = up_to + 1
+        if start <= high:
+            found.append((start, high, self.backend))
+        return found
+
+    def pick(self, arguments: dict[str, Any]) -> Any:
+        """The callable for this call's batch size: a lower range's, :data:`RUN_EAGERLY`, or the main one."""
+        if not self.lower_calls or self.batch_axis is None:
+            return self.call
         check, axis, multiplier = self.batch_axis
         tensor = arguments[check.root] if check.root is not None else check.locator.get(arguments)
-        return bool(tensor.shape[axis] // multiplier <= self.eager_up_to)
+        batch = tensor.shape[axis] // multiplier
+        for up_to, call in self.lower_calls:
+            if batch <= up_to:
+                return call
+        return self.call
+
+    def without_eager_ranges(self) -> None:
+        """Serve the eager ranges with the next backend up: the original module can no longer run."""
+        kept: list[tuple[int, Any | None]] = []
+        for index, (up_to, backend) in enumerate(self.lower):
+            if backend is None:
+                following = next((b for _, b in self.lower[index + 1 :] if b is not None), self.backend)
+                backend = following
+            kept.append((up_to, backend))
+        self.lower = tuple(kept)
+        self.refresh()
 
     def takes_grad(self, arguments: dict[str, Any]) -> bool:
         """Whether an input tensor requires grad (asked only while grad mode is on)."""
@@ -122,6 +192,11 @@ class Route:
                         )
                     batch = implied
         return None
+
+
+def _direct_call(backend: Any) -> Any:
+    callable_ = getattr(backend, "inference_callable", None)
+    return callable_() if callable_ is not None else backend
 
 
 class UnseenCalls:

@@ -37,7 +37,7 @@ from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.log import get_logger
 from aitune_core.module.recorder import GraphRecord, GraphRecorder
-from aitune_core.module.router import Route, UnseenCalls
+from aitune_core.module.router import RUN_EAGERLY, Route, UnseenCalls
 from aitune_core.module.session import current_session, open_session, sessions_open
 from aitune_core.module.staleness import GRAD_CHANGE, Change, Watch
 
@@ -182,7 +182,7 @@ class Module(nn.Module):
 
     @property
     def backends(self) -> dict[str, Any]:
-        """The backend routed to for each tuned graph, by graph name."""
+        """The backend routed to for each tuned graph, by graph name (the one serving its largest batches)."""
         return {route.graph.name: route.backend for route in self._routes.values()}
 
     def __getattr__(self, name: str) -> Any:
@@ -270,11 +270,12 @@ class Module(nn.Module):
         if route is not None:
             reason = route.mismatch(arguments)
             if reason is None:
-                if route.eager_up_to is not None and route.runs_eagerly(arguments):
+                call = route.pick(arguments) if route.lower_calls else route.call
+                if call is RUN_EAGERLY:
                     return self._inner(*args, **kwargs)
                 if change is None or (change.kind == Change.WEIGHTS and route.follows_weights):
                     if not _grad_enabled() or not route.takes_grad(arguments):
-                        return route.call(*args, **kwargs)
+                        return call(*args, **kwargs)
                     change = GRAD_CHANGE
                 return self._bypass(change, args, kwargs)
             return self._fall_back(args, kwargs, ("shape", route.graph.name), reason)
@@ -335,8 +336,8 @@ class Module(nn.Module):
         self.__dict__["_suspended_by"] = None
         self._watch.reset()
         self.__dict__["_state"] = ModuleState.TUNED
-        kept = {id(route.backend) for route in routes.values()}
-        self._release_backends([route for route in replaced.values() if id(route.backend) not in kept])
+        kept = {id(backend) for route in routes.values() for backend in route.backends}
+        self._release_backends(replaced.values(), keep=kept)
 
     def add_graph(self, spec: GraphSpec, samples: list[Sample]) -> None:
         """Add a graph recorded elsewhere (a checkpoint), keyed by its spec's key."""
@@ -353,7 +354,7 @@ class Module(nn.Module):
         """
         self._inner.to("meta")
         for route in self._routes.values():
-            route.eager_up_to = None
+            route.without_eager_ranges()
         self.__dict__["_weights_released"] = reason
         self._watch.reset()  # the backends carry the weights; meta ones are what they are built for now
 
@@ -422,17 +423,20 @@ class Module(nn.Module):
         from aitune_core.backends.state import BackendState
 
         for route in self._routes.values():
-            if route.backend.state in (BackendState.INACTIVE, BackendState.CHECKPOINT_LOADED):
-                route.backend.activate()
+            for backend in route.backends:
+                if backend.state in (BackendState.INACTIVE, BackendState.CHECKPOINT_LOADED):
+                    backend.activate()
             route.refresh()
         self.__dict__["_suspended_by"] = None
         self._watch.touch()  # in-place edits made while inactive fired no hook
         self.__dict__["_state"] = ModuleState.TUNED
 
     @staticmethod
-    def _release_backends(routes: Iterable[Route]) -> None:
+    def _release_backends(routes: Iterable[Route], keep: set[int] | None = None) -> None:
+        """Deactivate the routes' backends, except those whose ``id`` is in ``keep``."""
         from aitune_core.backends.state import BackendState
 
         for route in routes:
-            if route.backend.state is BackendState.ACTIVE:
-                route.backend.deactivate()
+            for backend in route.backends:
+                if backend.state is BackendState.ACTIVE and id(backend) not in (keep or ()):
+                    backend.deactivate()

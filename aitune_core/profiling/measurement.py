@@ -1,31 +1,49 @@
-"""Timing one call shape: a warmup, then adaptive measurement until the median settles.
+"""Timing one call shape on its own: a warmup, then windows until the median settles.
 
-Fixed iteration counts are either too short for slow models or waste seconds on fast
-ones. Here measurement goes on in windows until the median moves by less than
-``stability`` between windows (after ``min_time_s``), and never past ``max_time_s``.
+Comparing backends is :mod:`aitune_core.profiling.compare`'s business (interleaved
+rounds); this is for one variant alone, as the max-batch search of eager needs. Fixed
+iteration counts are either too short for slow models or waste seconds on fast ones,
+so measurement goes on in windows until the median moves by less than ``stability``
+between windows (after ``min_time_s``), and never past ``max_time_s``.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import attrs
-import torch
 
+from aitune_core.profiling.timer import EAGER, Timer, WallClock
 from aitune_core.validation.inputs import CallInputs
 
 
 @attrs.frozen
 class ProfileConfig:
-    """How long and how carefully to measure. The defaults keep a small CPU model under ~2 s."""
+    """How long and how carefully to measure.
+
+    warmup_iterations: untimed calls of each variant before timing it.
+    window: the most calls of one variant in one round (fewer for slow calls, see
+        ``round_time_s``); a round's value is the median of its calls.
+    min_rounds: rounds before a comparison may stop.
+    min_time_s, max_time_s: measured seconds per batch size before a comparison may
+        stop, and at which it stops even when still undecided.
+    round_time_s: about how long one variant's part of a round takes.
+    confidence: of the interval around each speedup (0.9 = 90%).
+    stability: for a single variant's measurement, how little the median may move.
+    sweep: profile at every serving batch size, not only the largest.
+    max_batch_search: also search the batch size past which eager's throughput stops
+        growing, and measure there too (MaxThroughputStrategy).
+    """
 
     warmup_iterations: int = 3
     window: int = 8
+    min_rounds: int = 5
     min_time_s: float = 0.05
     max_time_s: float = 0.3
+    round_time_s: float = 0.005
+    confidence: float = 0.9
     stability: float = 0.03
     sweep: bool = True
     max_batch_search: bool = True
@@ -49,51 +67,46 @@ class Measurement:
     def summary(self) -> str:
         return f"{self.throughput:.2f} samples/s at batch {self.batch_size} (p50 {self.median_ms:.3f} ms)"
 
+    @classmethod
+    def of(cls, latencies: list[float], batch_size: int, median: float | None = None) -> Measurement:
+        """From per-call seconds; ``median`` overrides the median of the calls (a median of round medians)."""
+        ordered = sorted(latencies)
+        middle = statistics.median(ordered) if median is None else median
+        p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+        return cls(
+            batch_size=batch_size,
+            median_ms=middle * 1e3,
+            p90_ms=p90 * 1e3,
+            throughput=batch_size / middle if middle > 0 else float("inf"),
+            iterations=len(ordered),
+            duration_s=sum(ordered),
+        )
 
-def _synchronizer(call: CallInputs) -> Callable[[], None]:
-    for value in (*call.args, *call.kwargs.values()):
-        if isinstance(value, torch.Tensor) and value.is_cuda:
-            return torch.cuda.synchronize
-    return lambda: None
 
-
-def measure(fn: Callable[..., Any], call: CallInputs, config: ProfileConfig, batch_size: int) -> Measurement:
+def measure(
+    fn: Callable[..., Any],
+    call: CallInputs,
+    config: ProfileConfig,
+    batch_size: int,
+    timer: Timer | None = None,
+    name: str = EAGER,
+) -> Measurement:
     """Time ``fn(*call.args, **call.kwargs)``; ``batch_size`` turns latency into throughput."""
-    sync = _synchronizer(call)
-    args, kwargs = call.args, call.kwargs
-    start = time.perf_counter()
-    with torch.no_grad():
-        for _ in range(config.warmup_iterations):
-            fn(*args, **kwargs)
-        sync()
-        latencies: list[float] = []
-        previous: float | None = None
-        begin = time.perf_counter()
-        while True:
-            for _ in range(config.window):
-                tick = time.perf_counter()
-                fn(*args, **kwargs)
-                sync()
-                latencies.append(time.perf_counter() - tick)
-            elapsed = time.perf_counter() - begin
-            median = statistics.median(latencies)
-            if elapsed >= config.max_time_s:
-                break
-            if (
-                previous is not None
-                and elapsed >= config.min_time_s
-                and abs(median - previous) <= config.stability * previous
-            ):
-                break
-            previous = median
-    latencies.sort()
-    median = statistics.median(latencies)
-    p90 = latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))]
-    return Measurement(
-        batch_size=batch_size,
-        median_ms=median * 1e3,
-        p90_ms=p90 * 1e3,
-        throughput=batch_size / median if median > 0 else float("inf"),
-        iterations=len(latencies),
-        duration_s=time.perf_counter() - start,
-    )
+    timer = timer or WallClock()
+    timer.warm(name, fn, call, config.warmup_iterations)
+    latencies: list[float] = []
+    previous: float | None = None
+    while True:
+        latencies += timer.time(name, fn, call, batch_size, config.window)
+        elapsed = sum(latencies)
+        median = statistics.median(latencies)
+        if elapsed >= config.max_time_s:
+            break
+        if (
+            previous is not None
+            and elapsed >= config.min_time_s
+            and abs(median - previous) <= config.stability * previous
+        ):
+            break
+        previous = median
+    return Measurement.of(latencies, batch_size)

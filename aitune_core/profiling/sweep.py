@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from aitune_core.profiling.measurement import Measurement, ProfileConfig, measure
+from aitune_core.profiling.timer import Timer
 from aitune_core.validation.inputs import CallInputs
 
 MEMORY_FRACTION = 0.25
@@ -49,6 +50,7 @@ def search_max_batch(
     device: torch.device,
     config: ProfileConfig,
     log: Any,
+    timer: Timer | None = None,
 ) -> tuple[int, list[Measurement]]:
     """Find the batch size past which throughput stops growing (see module docstring)."""
     deadline = time.perf_counter() + config.max_batch_search_time_s
@@ -63,7 +65,7 @@ def search_max_batch(
             log.info("max batch search stopped", reason="memory guard", batch_size=batch)
             break
         try:
-            result = measure(fn, call, config, batch)
+            result = measure(fn, call, config, batch, timer)
         except torch.OutOfMemoryError:
             log.info("max batch search stopped", reason="out of memory", batch_size=batch)
             break

@@ -1,25 +1,36 @@
-"""The tuning report: every candidate of every graph, how it fared, and the winners."""
+"""The tuning report: every candidate of every graph, how it fared, and the winners.
+
+Every number of a graph comes from the same interleaved comparison, and every row is
+shown at the same batch size (the largest compared), next to eager's number there, so
+each speedup is the ratio of the two throughputs printed in its row and eager's row.
+The table by batch size shows the rest, and marks which variant serves each size.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
 
 from aitune_core.metadata.tables import render_table
-from aitune_core.strategies.candidates import CandidateResult
+from aitune_core.profiling.measurement import Measurement
+from aitune_core.profiling.stats import Speedup
+from aitune_core.strategies.candidates import CandidateResult, describe_range
 
 SUMMARY_HEADERS = [
     "Module",
     "Graph",
     "Backend",
     "Status",
+    "Serves",
+    "Batch",
     "Throughput (samples/s)",
     "Latency p50/p90 (ms)",
-    "Batch",
-    "Speedup vs eager",
+    "Speedup vs eager [90% CI]",
     "Reason",
 ]
+EAGER_ROW = "eager (reference)"
 WORKER_HEADER = "Worker"
 """Shown after "Status" when any candidate ran outside this process: which worker ran it."""
 
@@ -30,14 +41,31 @@ class GraphReport:
     graph: str
     strategy: str
     candidates: list[CandidateResult]
-    eager_throughput: float | None = None
+    eager_sweep: list[Measurement] = attrs.field(factory=list)
+    """Eager's measurements from the same comparisons as the candidates', one per batch size."""
+    eager_serves: list[tuple[int | None, int | None]] = attrs.field(factory=list)
+    """Batch ranges the original module serves next to the selected backends (no candidate beat it there)."""
+
+    @property
+    def shown_batch(self) -> int | None:
+        """The batch size every row of the main table is shown at: the largest compared."""
+        return max((m.batch_size for m in self.eager_sweep), default=None)
 
     @property
     def selected(self) -> CandidateResult | None:
-        for candidate in self.candidates:
-            if candidate.status in ("selected", "fallback"):
-                return candidate
-        return None
+        """What serves the graph's largest batches (the only one, unless batch ranges are split)."""
+        serving = [c for c in self.candidates if c.status in ("selected", "fallback")]
+        if not serving:
+            return None
+        return max(
+            serving, key=lambda c: max((h if h is not None else math.inf for _, h in c.serves), default=math.inf)
+        )
+
+    @property
+    def serving(self) -> list[CandidateResult]:
+        """Every row that serves a batch range, lowest range first."""
+        rows = [c for c in self.candidates if c.status in ("selected", "fallback")]
+        return sorted(rows, key=lambda c: min((lo if lo is not None else 0 for lo, _ in c.serves), default=0))
 
 
 @attrs.define(eq=False)
@@ -70,23 +98,27 @@ class TuneReport:
         rows = []
         workers = self.has_workers
         for report in self.graphs:
+            batch = report.shown_batch
+            if batch is not None:
+                eager = _at(report.eager_sweep, batch)
+                rows.append(_row(report, EAGER_ROW, "baseline", _eager_serves(report), eager, "-", "", workers, ""))
             for candidate in report.candidates:
-                measurement = candidate.measurement
+                measurement = _at(candidate.sweep, batch) if batch is not None else candidate.measurement
+                speedup = candidate.speedups.get(batch) if batch is not None else None
                 status = f"✓ {candidate.status}" if candidate.status in ("selected", "fallback") else candidate.status
-                row = [
-                    report.module,
-                    report.graph,
-                    candidate.backend,
-                    status,
-                    f"{measurement.throughput:.2f}" if measurement else "-",
-                    f"{measurement.median_ms:.3f} / {measurement.p90_ms:.3f}" if measurement else "-",
-                    measurement.batch_size if measurement else "-",
-                    f"{candidate.speedup:.2f}x" if candidate.speedup else "-",
-                    _short(_reason(candidate)),
-                ]
-                if workers:
-                    row.insert(4, candidate.worker or "here")
-                rows.append(row)
+                rows.append(
+                    _row(
+                        report,
+                        candidate.backend,
+                        status,
+                        candidate.describe_serves() or "-",
+                        measurement,
+                        speedup.describe() if speedup else "-",
+                        _short(_reason(candidate)),
+                        workers,
+                        candidate.worker or "here",
+                    )
+                )
         return rows
 
     def summary(self) -> str:
@@ -97,7 +129,8 @@ class TuneReport:
             sweep = _sweep_table(report)
             if sweep:
                 text += (
-                    f"\nThroughput by batch size (samples/s), module `{report.module}` graph {report.graph}:\n{sweep}"
+                    f"\nThroughput by batch size (samples/s; speedup vs eager [90% CI]; * serves that size), "
+                    f"module `{report.module}` graph {report.graph}:\n{sweep}"
                 )
         if self.timings:
             parts = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in self.timings.items())
@@ -108,10 +141,53 @@ class TuneReport:
         return self.summary()
 
 
+def _row(
+    report: GraphReport,
+    name: str,
+    status: str,
+    serves: str,
+    measurement: Measurement | None,
+    speedup: str,
+    reason: str,
+    workers: bool,
+    worker: str,
+) -> list[Any]:
+    row = [
+        report.module,
+        report.graph,
+        name,
+        status,
+        serves,
+        measurement.batch_size if measurement else "-",
+        f"{measurement.throughput:.2f}" if measurement else "-",
+        f"{measurement.median_ms:.3f} / {measurement.p90_ms:.3f}" if measurement else "-",
+        speedup,
+        reason,
+    ]
+    if workers:
+        row.insert(4, worker)
+    return row
+
+
+def _at(sweep: list[Measurement], batch: int) -> Measurement | None:
+    return next((m for m in sweep if m.batch_size == batch), None)
+
+
+def _eager_serves(report: GraphReport) -> str:
+    return ", ".join(describe_range(low, high) for low, high in report.eager_serves) or "-"
+
+
+def _winners(report: GraphReport) -> dict[int, CandidateResult | None]:
+    """Which selected candidate serves each compared batch size (None: eager)."""
+    found: dict[int, CandidateResult | None] = {}
+    for measurement in report.eager_sweep:
+        size = measurement.batch_size
+        found[size] = next((c for c in report.candidates if c.status == "selected" and c.serves_batch(size)), None)
+    return found
+
+
 def _reason(candidate: CandidateResult) -> str:
     reason = candidate.reason
-    if candidate.status == "selected" and candidate.eager_up_to is not None:
-        reason = f"eager serves batch <= {candidate.eager_up_to}, where it measured faster"
     if candidate.status == "skipped" or not is_lossy(candidate):
         return reason
     # First, so that truncating a long reason never hides that the numbers differ.
@@ -136,15 +212,30 @@ def lossy_note(candidate: CandidateResult) -> str:
 
 
 def _sweep_table(report: GraphReport) -> str:
-    measured = [c for c in report.candidates if len(c.sweep) > 1]
-    if not measured:
+    """Every variant at every compared batch size; ``*`` marks what serves that size."""
+    measured = [c for c in report.candidates if c.sweep]
+    sizes = [m.batch_size for m in report.eager_sweep]
+    if not measured or len(sizes) < 2:
         return ""
-    sizes = sorted({m.batch_size for c in measured for m in c.sweep})
-    rows = []
+    winners = _winners(report)
+    rows = [[EAGER_ROW, *(_cell(_at(report.eager_sweep, s), None, winners[s] is None) for s in sizes)]]
     for candidate in measured:
-        by_size = {m.batch_size: m.throughput for m in candidate.sweep}
-        rows.append([candidate.backend, *(f"{by_size[s]:.1f}" if s in by_size else "-" for s in sizes)])
-    return render_table(rows, ["Backend", *(str(s) for s in sizes)], "simple")
+        rows.append(
+            [
+                candidate.backend,
+                *(_cell(_at(candidate.sweep, s), candidate.speedups.get(s), winners[s] is candidate) for s in sizes),
+            ]
+        )
+    return render_table(rows, ["Backend", *(f"batch {s}" for s in sizes)], "simple")
+
+
+def _cell(measurement: Measurement | None, speedup: Speedup | None, serves: bool) -> str:
+    if measurement is None:
+        return "-"
+    text = f"{measurement.throughput:.1f}"
+    if speedup is not None:
+        text += f" ({speedup.describe()})"
+    return text + (" *" if serves else "")
 
 
 def _short(text: str, limit: int = 90) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -29,19 +29,24 @@ from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.guard import ModuleChangedError, ModuleGuard
 from aitune_core.log import get_logger
-from aitune_core.profiling.measurement import Measurement, ProfileConfig
+from aitune_core.profiling.measurement import ProfileConfig
+from aitune_core.profiling.timer import Timer, WallClock
 from aitune_core.strategies.candidates import (  # noqa: F401 - the errors are re-exported for strategies
     CandidateFailedError,
     CandidateRejectedError,
     CandidateResult,
     GraphSession,
+    Status,
+    describe_range,
     discard,
     failure_reason,
 )
 from aitune_core.strategies.defaults import skipped_as_lossy
+from aitune_core.strategies.ranking import Allowed, Ranking, Segment, lost_reason, merge, plan, rank
 from aitune_core.validation.tolerances import Tolerances
 
 DEFAULT_PERFORMANCE_GATE = 1.01
+DEFAULT_MAX_BACKENDS = 2
 
 
 class TuneStrategy(abc.ABC):
@@ -53,6 +58,9 @@ class TuneStrategy(abc.ABC):
         (1.01 = 1% faster).
     tolerances: per-dtype tolerances for comparing with eager, on top of each backend's own.
     profile: how long and how to measure.
+    timer: where timings come from; the wall clock by default. Tests and benches pass a
+        :class:`~aitune_core.profiling.timer.ScriptedTimer` with given latencies.
+    max_backends: how many backends one graph may keep, each serving a batch range.
     """
 
     name: ClassVar[str] = "Tune Strategy"
@@ -67,6 +75,8 @@ class TuneStrategy(abc.ABC):
         performance_gate: float = DEFAULT_PERFORMANCE_GATE,
         tolerances: Tolerances | None = None,
         profile: ProfileConfig | None = None,
+        timer: Timer | None = None,
+        max_backends: int = DEFAULT_MAX_BACKENDS,
     ) -> None:
         if backends is not None:
             backends = list(backends)
@@ -75,10 +85,19 @@ class TuneStrategy(abc.ABC):
                     raise TypeError(f"{type(self).__name__} takes Backend instances, got {type(backend).__name__}")
         if performance_gate <= 0:
             raise ValueError(f"performance_gate must be positive, got {performance_gate}")
+        if isinstance(max_backends, bool) or not isinstance(max_backends, int) or max_backends < 1:
+            raise ValueError(f"max_backends must be a whole number of at least 1, got {max_backends!r}")
         self.backends: list[Backend] | None = backends
         self.performance_gate = performance_gate
         self.tolerances = tolerances or Tolerances()
         self.profile_config = profile or ProfileConfig()
+        self.timer = timer
+        """Given here, or None: ``config.timer``, else the wall clock, when a graph is tuned."""
+        self.max_backends = max_backends
+        self.lower: list[tuple[int, Backend | None]] = []
+        """The batch ranges below the returned backend's, for the route: ``(up_to, backend or None for eager)``."""
+        self.eager_serves: list[tuple[int | None, int | None]] = []
+        """The batch ranges of :attr:`lower` that the original module serves, for the report."""
         self.correctness_check = True
         self.performance_validation = True
         self.results: list[CandidateResult] = []
@@ -147,6 +166,8 @@ class TuneStrategy(abc.ABC):
         guard: ModuleGuard | None,
     ) -> Backend:
         self.results = []
+        self.lower = []
+        self.eager_serves = []
         self._candidate_count = self._candidate_index = 0
         log = get_logger(module=name, graph=graph_spec.name, strategy=type(self).__name__)
         own_guard = guard is None
@@ -160,6 +181,7 @@ class TuneStrategy(abc.ABC):
             signature=signature or ForwardSignature(module.forward),
             tolerances=self.tolerances,
             profile_config=self.profile_config,
+            timer=self._timer(),
             log=log,
             guard=guard if guard is not None else ModuleGuard(module, name, log=log),
         )
@@ -212,6 +234,11 @@ class TuneStrategy(abc.ABC):
     ) -> Backend:
         """Return the tuned, ACTIVE backend for this graph; copy blueprints, never build them."""
 
+    def _timer(self) -> Timer:
+        from aitune_core.config import config
+
+        return self.timer or config.timer or WallClock()
+
     # ------------------------------------------------------------------ helpers for subclasses
     def allows_lossy(self) -> bool:
         """Whether lossy default candidates are tried: ``config.allow_lossy``, or tolerances given here.
@@ -258,8 +285,11 @@ class TuneStrategy(abc.ABC):
         self._candidate_index = 0
         return available
 
-    def evaluate(self, blueprint: Backend, profile_at: list[int | None], raise_errors: bool = False) -> CandidateResult:
-        """Build a copy of ``blueprint``, validate it and profile it at ``profile_at``, and wait for it.
+    def evaluate(self, blueprint: Backend, raise_errors: bool = False) -> CandidateResult:
+        """Build a copy of ``blueprint`` and validate it, and wait for it.
+
+        Timing is not done here but in :meth:`route_by_batch`, with every candidate and
+        eager interleaved, so that all are measured under the same conditions.
 
         The result's ``instance`` is the ACTIVE backend when every step passed in this
         process; an out-of-process executor leaves it None until :meth:`select` restores
@@ -267,9 +297,9 @@ class TuneStrategy(abc.ABC):
         propagates (for OneBackendStrategy): unchanged in-process, as
         :class:`CandidateFailedError` or :class:`CandidateRejectedError` from elsewhere.
         """
-        return self.submit(blueprint, profile_at, raise_errors).result()
+        return self.submit(blueprint, raise_errors).result()
 
-    def evaluate_all(self, blueprints: Iterable[Backend], profile_at: list[int | None]) -> Iterator[CandidateResult]:
+    def evaluate_all(self, blueprints: Iterable[Backend]) -> Iterator[CandidateResult]:
         """Evaluate every blueprint, yielding results in the order given.
 
         With ``parallel_candidates`` and an executor that runs several at once, all are
@@ -279,13 +309,13 @@ class TuneStrategy(abc.ABC):
         assert self.session is not None
         if not self.parallel_candidates or self._executor().max_parallel(self.session) <= 1:
             for blueprint in blueprints:
-                yield self.evaluate(blueprint, profile_at)
+                yield self.evaluate(blueprint)
             return
-        pending = [self.submit(blueprint, profile_at) for blueprint in blueprints]
+        pending = [self.submit(blueprint) for blueprint in blueprints]
         for item in pending:
             yield item.result()
 
-    def submit(self, blueprint: Backend, profile_at: list[int | None], raise_errors: bool = False) -> PendingCandidate:
+    def submit(self, blueprint: Backend, raise_errors: bool = False) -> PendingCandidate:
         """Add a summary row for ``blueprint`` and hand it to the executor; returns at once where it can."""
         session = self.session
         assert session is not None
@@ -297,9 +327,9 @@ class TuneStrategy(abc.ABC):
         log.info("candidate", progress=f"{self._candidate_index}/{total}")
         task = CandidateTask(
             blueprint=blueprint,
-            profile_at=list(profile_at),
+            profile_at=[],
             correctness_check=self.correctness_check,
-            measure_eager=self.performance_validation,
+            measure_eager=False,
             raise_errors=raise_errors,
             result=result,
             log=log,
@@ -313,34 +343,119 @@ class TuneStrategy(abc.ABC):
             self.executor = InProcessExecutor()
         return self.executor
 
-    def eager_baseline(self, batch_size: int | None) -> Measurement | None:
-        """Eager's timing at ``batch_size``, or None when performance validation is off."""
-        if not self.performance_validation:
-            return None
-        assert self.session is not None
-        return self.session.eager_timing(batch_size)
+    def serving_sizes(self, extra: int | None = None) -> list[int | None]:
+        """The batch sizes the user's data came in (plus ``extra``): where candidates are compared.
 
-    def passes_gate(self, result: CandidateResult, at: Measurement | None) -> bool:
-        """Record the speedup over eager and check it against the performance gate."""
-        if not self.performance_validation or result.measurement is None:
-            return True
-        if _is_plain_eager(result.instance or result.blueprint):
-            return True  # eager is the baseline itself; there is nothing to gate
+        None for a graph without a batch axis. With ``profile.sweep`` off, only the largest.
+        """
         assert self.session is not None
-        batch = result.measurement.batch_size if self.session.batch_range() else None
-        # Eager timed by the candidate's own worker, when it ran elsewhere: same machine, same load.
-        baseline = result.eager_at(batch) or self.eager_baseline(batch)
-        if baseline is None:
+        if self.session.batch_range() is None:
+            return [None]
+        sizes = {sample.batch_size for sample in self.session.samples if sample.batch_size}
+        sizes |= set(self.session.batch_range() or ())
+        if extra is not None:
+            sizes.add(extra)
+        ordered: list[int | None] = list(sorted(sizes))
+        return ordered if self.profile_config.sweep else ordered[-1:]
+
+    def route_by_batch(
+        self, results: list[CandidateResult], sizes: list[int | None], allowed: Allowed | None = None
+    ) -> Backend:
+        """Compare the ``results`` that passed with eager at ``sizes`` and route each batch range to its winner.
+
+        Returns the backend serving the largest batches; the ranges below it are left in
+        :attr:`lower` for the route. Candidates that serve no range are released, with
+        their reason. ``allowed(result, measurement)``: whether it may serve that batch
+        size at all (a latency budget, say). See :mod:`aitune_core.strategies.ranking`.
+        """
+        planned = self.plan_routes(results, sizes, allowed)
+        if planned is None:
+            return self.eager_fallback("no candidate built and validated")
+        return self._route(*planned)
+
+    def plan_routes(
+        self, results: list[CandidateResult], sizes: list[int | None], allowed: Allowed | None = None
+    ) -> tuple[list[Segment], Ranking] | None:
+        """Time and plan as :meth:`route_by_batch` does, releasing the losers; None when none is live.
+
+        For strategies that look at the plan before routing (FirstWins moves on when
+        its candidate wins no batch range).
+        """
+        assert self.session is not None
+        session = self.session
+        live = [r for r in results if r.status == "passed" and self._make_live(r)]
+        if not live:
+            return None
+        gate = self.performance_gate if self.performance_validation else 0.0
+        try:
+            with session.guard.step("profile"):
+                ranking = rank(session, live, sizes, gate, session.timer, _never_wins)
+        except ModuleChangedError as changed:
+            for result in live:
+                result.status, result.stage, result.reason = "failed", changed.step, str(changed)
+                self.discard(result)
+            return None
+        contenders = [r for r in live if not _never_wins(r)]
+        segments = plan(ranking, contenders, live, self.max_backends, session.batch_range(), allowed)
+        eager_row = next((r for r in live if _never_wins(r)), None)
+        if eager_row is not None:  # eager was a candidate too: its row serves eager's ranges
+            segments = merge([Segment(s.low, s.high, s.winner or eager_row) for s in segments])
+        serving = {id(s.winner) for s in segments if s.winner is not None}
+        for result in live:
+            if id(result) in serving:
+                continue
+            result.status, result.reason = self.lost(result, ranking)
+            if result.status == "rejected" and not result.stage:
+                result.stage = "performance"
+            self.discard(result)
+        return segments, ranking
+
+    def lost(self, result: CandidateResult, ranking: Ranking) -> tuple[Status, str]:
+        """``(status, reason)`` of a live candidate that serves no batch range; strategies may say more."""
+        if _never_wins(result):
+            return "passed", "eager itself: where it would serve, the original module serves"
+        return lost_reason(ranking, result, self.performance_gate)
+
+    def _make_live(self, result: CandidateResult) -> bool:
+        """Restore a candidate that was built elsewhere, so that it is timed here with the others."""
+        assert self.session is not None
+        if result.instance is not None:
             return True
-        result.speedup = result.measurement.throughput / baseline.throughput
-        if result.speedup < self.performance_gate:
-            result.status, result.stage = "rejected", "performance"
-            result.reason = (
-                f"{result.speedup:.2f}x eager at batch {result.measurement.batch_size}, "
-                f"below the {self.performance_gate:.2f}x gate"
-            )
+        try:
+            result.instance = self._executor().restore(self.session, result, validate=self.correctness_check)
+        except Exception as error:
+            result.status = "failed"
+            result.stage = error.step if isinstance(error, ModuleChangedError) else "restore"
+            result.reason = failure_reason(error)
+            self.session.log.warning("restore failed", backend=result.backend, reason=result.reason)
             return False
         return True
+
+    def _route(self, segments: list[Segment], ranking: Ranking) -> Backend:
+        assert self.session is not None
+        top = segments[-1]
+        for segment in segments:
+            if segment.winner is not None:
+                segment.winner.serves.append((segment.low, segment.high))
+        below = segments[:-1]
+        if top.winner is None:
+            reason = _eager_reason(ranking, segments, self.results, self.performance_gate)
+            primary = self.eager_fallback(reason)
+            self.results[-1].serves.append((top.low, top.high))
+        else:
+            primary = self.select(top.winner, top.high)
+        for segment in below:
+            if segment.winner is not None and segment.winner.status != "selected":
+                self.select(segment.winner, segment.high)
+        self.lower = [(s.high, s.winner.instance if s.winner else None) for s in below if s.high is not None]
+        self.eager_serves = [(s.low, s.high) for s in below if s.winner is None]
+        if self.eager_serves:
+            self.session.log.info(
+                "eager serves",
+                ranges=", ".join(describe_range(*r) for r in self.eager_serves),
+                reason="no candidate beat it by the gate there",
+            )
+        return primary
 
     def discard(self, result: CandidateResult) -> None:
         """Release a candidate that will not serve; its row fails if releasing it changed the user's module."""
@@ -358,71 +473,47 @@ class TuneStrategy(abc.ABC):
         self.session.log.info("falling back to eager", reason=reason)
         return backend
 
-    def _eager_up_to(self, result: CandidateResult) -> int | None:
-        """Batch sizes where the winner is slower than eager, so that eager serves them.
+    def select(self, result: CandidateResult, largest: int | None = None) -> Backend:
+        """Make ``result`` serve; a winner built elsewhere is restored here first.
 
-        A backend chosen at the largest batch size can be slower than eager at small ones
-        (int8 dynamic quantization at batch 1, say). Only with performance validation on,
-        only over batch sizes actually profiled, and eager must win by the same gate a
-        backend must pass to replace it.
-        """
-        session = self.session
-        assert session is not None
-        if (
-            not self.performance_validation
-            or _is_plain_eager(result.instance)
-            or session.batch_range() is None
-            or len(result.sweep) < 2
-        ):
-            return None
-
-        def eager_at(batch_size: int) -> Measurement | None:
-            return result.eager_at(batch_size) or session.eager_timing(batch_size)
-
-        return _eager_faster_up_to(result.sweep, eager_at, self.performance_gate)
-
-    def select(self, result: CandidateResult) -> Backend:
-        """Make ``result`` the graph's backend; a winner built elsewhere is restored here first.
-
+        ``largest``: the largest batch it serves, where its row's numbers are taken.
         A winner that cannot be restored (or fails validation here) leaves the graph
         eager, with the reason in its row.
         """
         assert self.session is not None
-        if result.instance is None:
-            try:
-                result.instance = self._executor().restore(self.session, result, validate=self.correctness_check)
-            except Exception as error:
-                result.status = "failed"
-                result.stage = error.step if isinstance(error, ModuleChangedError) else "restore"
-                result.reason = failure_reason(error)
-                self.session.log.warning("restore failed", backend=result.backend, reason=result.reason)
-                return self.eager_fallback(f"{result.backend} won but could not be restored here")
+        if not self._make_live(result):
+            return self.eager_fallback(f"{result.backend} won but could not be restored here")
+        assert result.instance is not None
         result.status = "selected"
-        result.eager_up_to = self._eager_up_to(result)
-        if result.eager_up_to is not None:
-            self.session.log.info(
-                "eager is faster for small batches", backend=result.backend, batch_up_to=result.eager_up_to
-            )
+        at = next((m for m in result.sweep if m.batch_size == largest), None) if largest else None
+        if at is not None or result.sweep:
+            result.measurement = at or result.sweep[-1]
+            speedup = result.speedups.get(result.measurement.batch_size)
+            result.speedup = speedup.median if speedup is not None and self.performance_validation else None
         self.session.log.info(
             "selected",
             backend=result.backend,
+            serves=result.describe_serves() or "every call",
             throughput=round(result.measurement.throughput, 2) if result.measurement else None,
             speedup=round(result.speedup, 3) if result.speedup else None,
         )
         return result.instance
 
 
-def _eager_faster_up_to(
-    sweep: list[Measurement], eager_at: Callable[[int], Measurement | None], gate: float
-) -> int | None:
-    """The largest profiled batch size up to which eager beat the backend at every size, by ``gate``."""
-    limit = None
-    for measurement in sorted(sweep, key=lambda m: m.batch_size):
-        eager = eager_at(measurement.batch_size)
-        if eager is None or eager.throughput < measurement.throughput * gate:
-            break
-        limit = measurement.batch_size
-    return limit
+def _eager_reason(ranking: Ranking, segments: list[Segment], results: list[CandidateResult], gate: float) -> str:
+    """Why eager serves the largest batches: the closest candidate's verdict there, or that none passed."""
+    losers = [r for r in results if r.status in ("rejected", "passed") and r.stage == "performance"]
+    if losers:
+        return losers[0].reason
+    winners = [s.winner for s in segments if s.winner is not None]
+    if winners:
+        return f"no candidate beat eager by the {gate:.2f}x gate at {segments[-1].describe()}"
+    return "no candidate beat eager by the gate"
+
+
+def _never_wins(result: CandidateResult) -> bool:
+    """Plain eager as a candidate is timed for the table, but serving it is serving eager."""
+    return _is_plain_eager(result.instance or result.blueprint)
 
 
 def _is_plain_eager(backend: Backend | None) -> bool:

@@ -29,6 +29,8 @@ from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.guard import ModuleChangedError, ModuleGuard, ModuleRestoreError
 from aitune_core.profiling.measurement import Measurement, ProfileConfig, measure
+from aitune_core.profiling.stats import Speedup
+from aitune_core.profiling.timer import EAGER, Timer, WallClock
 from aitune_core.validation.inputs import CallInputs, batch_call, validation_calls
 from aitune_core.validation.points import validation_points
 from aitune_core.validation.reference import EagerReference
@@ -64,9 +66,16 @@ class CandidateResult:
     blueprint: Backend | None = attrs.field(default=None, repr=False)
     backend_data: dict[str, Any] | None = attrs.field(default=None, repr=False)
     """``to_dict()`` of the candidate as built out of process: what restores the winner here."""
-    eager_up_to: int | None = None
-    """For the selected backend: calls with a batch up to this size run eagerly, where eager
-    measured faster than the backend at every profiled batch size up to it."""
+    speedups: dict[int, Speedup] = attrs.field(factory=dict)
+    """Its speedup over eager (with a confidence interval) at each batch size it was compared at."""
+    serves: list[tuple[int | None, int | None]] = attrs.field(factory=list)
+    """The batch ranges it serves once selected, ``(first, last)``; ``(None, None)``: every call."""
+
+    def serves_batch(self, size: int) -> bool:
+        return any(low is None or high is None or low <= size <= high for low, high in self.serves)
+
+    def describe_serves(self) -> str:
+        return ", ".join(describe_range(low, high) for low, high in self.serves)
 
     def eager_at(self, batch_size: int | None) -> Measurement | None:
         """Eager's timing from the candidate's own worker at ``batch_size``, if it took one."""
@@ -75,6 +84,13 @@ class CandidateResult:
         if batch_size is None:
             return self.eager_sweep[0]
         return next((m for m in self.eager_sweep if m.batch_size == batch_size), None)
+
+
+def describe_range(low: int | None, high: int | None) -> str:
+    """``"batch 1-4"``, ``"batch 8"``, or ``"every call"`` for a graph without a batch axis."""
+    if low is None or high is None:
+        return "every call"
+    return f"batch {low}" if low == high else f"batch {low}-{high}"
 
 
 class CandidateRejectedError(RuntimeError):
@@ -114,6 +130,9 @@ class GraphSession:
     tolerances: Tolerances
     profile_config: ProfileConfig
     log: Any
+    timer: Timer = attrs.field(factory=WallClock)
+    eager_sweep: list[Measurement] = attrs.field(factory=list)
+    """Eager's measurements from the comparisons, one per batch size compared."""
     _reference: EagerReference | None = None
     _eager_timings: dict[int, Measurement] = attrs.field(factory=dict)
     guard: ModuleGuard = attrs.field(
@@ -145,7 +164,8 @@ class GraphSession:
 
     def profile(self, fn: Any, batch_size: int | None) -> Measurement:
         call, samples = self.call_at(batch_size)
-        return measure(fn, call, self.profile_config, samples)
+        name = fn.describe() if isinstance(fn, Backend) else EAGER
+        return measure(fn, call, self.profile_config, samples, self.timer, name)
 
     def eager_timing(self, batch_size: int | None) -> Measurement:
         key = batch_size or 0

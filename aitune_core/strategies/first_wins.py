@@ -1,5 +1,7 @@
 """FirstWinsStrategy: the first candidate, in priority order, that builds, is correct and beats eager.
 
+It serves the batch ranges where it beat eager by the gate; eager serves the rest.
+
 Candidates are tried one at a time on every executor: the first that qualifies ends
 the search, so running the later ones in parallel would only spend time on builds
 that are thrown away.
@@ -29,12 +31,10 @@ class FirstWinsStrategy(TuneStrategy):
         device: torch.device,
         cache_dir: Path,
     ) -> Backend:
-        assert self.session is not None
-        batch = self.session.batch_range()
-        profile_at = [batch[1] if batch else None]
         for blueprint in self.candidates(device):
-            result = self.evaluate(blueprint, profile_at)
-            if result.status == "passed" and self.passes_gate(result, result.measurement):
-                return self.select(result)
+            result = self.evaluate(blueprint)
+            planned = self.plan_routes([result], self.serving_sizes())
+            if planned is not None and any(segment.winner is result for segment in planned[0]):
+                return self._route(*planned)
             self.discard(result)
         return self.eager_fallback("no candidate built, validated and beat eager")

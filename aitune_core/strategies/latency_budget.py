@@ -1,9 +1,8 @@
-"""LatencyBudgetStrategy: the highest throughput whose p90 latency stays within a budget.
+"""LatencyBudgetStrategy: at each serving batch size, the fastest candidate whose p90 latency fits a budget.
 
-Each candidate is profiled over the batch sizes of the graph; for each, the best
-throughput among the batch sizes whose p90 latency fits ``budget_ms`` counts. A
-candidate that cannot meet the budget at any batch size is rejected with its best
-latency as the reason.
+Measured as MaxThroughputStrategy measures; a candidate may serve a batch size only
+where its p90 latency is within ``budget_ms``. One that fits at no batch size is
+rejected with its best latency as the reason. Eager serves where nothing faster fits.
 """
 
 from __future__ import annotations
@@ -17,7 +16,8 @@ from aitune_core.backends.base import Backend
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.profiling.measurement import Measurement
 from aitune_core.strategies.base import TuneStrategy
-from aitune_core.strategies.candidates import CandidateResult
+from aitune_core.strategies.candidates import CandidateResult, Status
+from aitune_core.strategies.ranking import Ranking
 
 
 class LatencyBudgetStrategy(TuneStrategy):
@@ -31,9 +31,15 @@ class LatencyBudgetStrategy(TuneStrategy):
         super().__init__(backends, **options)
         self.budget_ms = float(budget_ms)
 
-    def _within_budget(self, result: CandidateResult) -> Measurement | None:
-        fitting = [m for m in result.sweep if m.p90_ms <= self.budget_ms]
-        return max(fitting, key=lambda m: m.throughput) if fitting else None
+    def _fits(self, result: CandidateResult, measurement: Measurement) -> bool:
+        return measurement.p90_ms <= self.budget_ms
+
+    def lost(self, result: CandidateResult, ranking: Ranking) -> tuple[Status, str]:
+        if any(self._fits(result, m) for m in result.sweep):
+            return super().lost(result, ranking)
+        fastest = min(m.p90_ms for m in result.sweep)
+        result.stage = "latency budget"
+        return "rejected", f"p90 latency {fastest:.3f} ms at best, over the {self.budget_ms:g} ms budget"
 
     def _tune(
         self,
@@ -44,29 +50,5 @@ class LatencyBudgetStrategy(TuneStrategy):
         device: torch.device,
         cache_dir: Path,
     ) -> Backend:
-        assert self.session is not None
-        profile_at = self.session.sweep_sizes()
-        best: CandidateResult | None = None
-        for result in self.evaluate_all(self.candidates(device), profile_at):
-            if result.status != "passed":
-                continue
-            fitting = self._within_budget(result)
-            if fitting is None:
-                fastest = min(m.p90_ms for m in result.sweep)
-                result.status, result.stage = "rejected", "latency budget"
-                result.reason = f"p90 latency {fastest:.3f} ms at best, over the {self.budget_ms:g} ms budget"
-                self.discard(result)
-                continue
-            result.measurement = fitting
-            if best is None or fitting.throughput > best.measurement.throughput:  # type: ignore[union-attr]
-                if best is not None:
-                    self.discard(best)
-                best = result
-            else:
-                self.discard(result)
-        if best is None:
-            return self.eager_fallback(f"no candidate met the {self.budget_ms:g} ms latency budget")
-        if not self.passes_gate(best, best.measurement):
-            self.discard(best)
-            return self.eager_fallback(best.reason)
-        return self.select(best)
+        results = list(self.evaluate_all(self.candidates(device)))
+        return self.route_by_batch(results, self.serving_sizes(), allowed=self._fits)

@@ -1,9 +1,10 @@
-"""MaxThroughputStrategy: estimate the best batch size, then pick the candidate with the highest throughput.
+"""MaxThroughputStrategy: every candidate, compared at every serving batch size; the fastest serves each range.
 
-The batch-size search runs on the original module and is bounded (see
-``profiling.sweep.search_max_batch``). When it finds a batch larger than any recorded
-one, the graph's batch range is widened to it, so backends are built, validated and
-routed for the batch size that serves best.
+The user's batch sizes are where the candidates are compared (see
+:meth:`TuneStrategy.route_by_batch`). A bounded search on the original module (see
+``profiling.sweep.search_max_batch``) may add one more size: when it finds a batch
+larger than any recorded one, the graph's batch range is widened to it, so backends
+are built, validated and routed for it too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from aitune_core.backends.base import Backend
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.profiling.sweep import search_max_batch
 from aitune_core.strategies.base import TuneStrategy
-from aitune_core.strategies.candidates import CandidateResult
 
 
 def widen_batch_range(graph: GraphSpec, max_batch: int) -> None:
@@ -50,14 +50,17 @@ class MaxThroughputStrategy(TuneStrategy):
         if batch is None or not self.profile_config.max_batch_search:
             return
         best, measurements = search_max_batch(
-            module, lambda size: session.call_at(size)[0], batch[1], device, self.profile_config, session.log
+            module,
+            lambda size: session.call_at(size)[0],
+            batch[1],
+            device,
+            self.profile_config,
+            session.log,
+            session.timer,
         )
         session.log.info("max batch size estimated", max_batch_size=best, tried=[m.batch_size for m in measurements])
         if best > batch[1]:
             widen_batch_range(graph_spec, best)
-            # Eager timings taken during the search are reused as the baseline.
-            for measurement in measurements:
-                session._eager_timings.setdefault(measurement.batch_size, measurement)
         self.max_batch_size = best
 
     def _tune(
@@ -69,38 +72,5 @@ class MaxThroughputStrategy(TuneStrategy):
         device: torch.device,
         cache_dir: Path,
     ) -> Backend:
-        assert self.session is not None
-        profile_at = (
-            self.session.sweep_sizes(self.max_batch_size) if self.profile_config.sweep else [self.max_batch_size]
-        )
-        best: CandidateResult | None = None
-        for result in self.evaluate_all(self.candidates(device), profile_at):
-            if result.status != "passed" or result.measurement is None:
-                continue
-            at_max = _at_batch(result, self.max_batch_size)
-            if best is None or at_max > _at_batch(best, self.max_batch_size):
-                if best is not None:
-                    best.status = "passed"
-                    self.discard(best)
-                best = result
-            else:
-                self.discard(result)
-        if best is None:
-            return self.eager_fallback("no candidate built and validated")
-        best.measurement = _measurement_at(best, self.max_batch_size)
-        if not self.passes_gate(best, best.measurement):
-            self.discard(best)
-            return self.eager_fallback(best.reason)
-        return self.select(best)
-
-
-def _measurement_at(result: CandidateResult, batch_size: int | None):
-    for measurement in result.sweep:
-        if measurement.batch_size == batch_size:
-            return measurement
-    return result.measurement
-
-
-def _at_batch(result: CandidateResult, batch_size: int | None) -> float:
-    measurement = _measurement_at(result, batch_size)
-    return measurement.throughput if measurement is not None else 0.0
+        results = list(self.evaluate_all(self.candidates(device)))
+        return self.route_by_batch(results, self.serving_sizes(self.max_batch_size))

@@ -1,4 +1,9 @@
-"""MinLatencyStrategy: the correct candidate with the lowest median latency at the smallest batch."""
+"""MinLatencyStrategy: the correct candidate with the lowest median latency, per serving batch size.
+
+Measured exactly as MaxThroughputStrategy measures (at a fixed batch size, the lowest
+latency is the highest throughput), but without searching for a larger batch size:
+latency is judged at the sizes the user's calls come in.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +14,11 @@ import torch
 from aitune_core.backends.base import Backend
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.strategies.base import TuneStrategy
-from aitune_core.strategies.candidates import CandidateResult
 
 
 class MinLatencyStrategy(TuneStrategy):
     name = "Min Latency Strategy"
-    description = "evaluate all backends, return backend with minimum latency at the smallest batch size"
+    description = "evaluate all backends, route each batch size to the one with minimum latency"
     parallel_candidates = True
 
     def _tune(
@@ -26,22 +30,5 @@ class MinLatencyStrategy(TuneStrategy):
         device: torch.device,
         cache_dir: Path,
     ) -> Backend:
-        assert self.session is not None
-        batch = self.session.batch_range()
-        profile_at = [batch[0] if batch else None]
-        best: CandidateResult | None = None
-        for result in self.evaluate_all(self.candidates(device), profile_at):
-            if result.status != "passed" or result.measurement is None:
-                continue
-            if best is None or result.measurement.median_ms < best.measurement.median_ms:  # type: ignore[union-attr]
-                if best is not None:
-                    self.discard(best)
-                best = result
-            else:
-                self.discard(result)
-        if best is None:
-            return self.eager_fallback("no candidate built and validated")
-        if not self.passes_gate(best, best.measurement):
-            self.discard(best)
-            return self.eager_fallback(best.reason)
-        return self.select(best)
+        results = list(self.evaluate_all(self.candidates(device)))
+        return self.route_by_batch(results, self.serving_sizes())

@@ -38,9 +38,5 @@ class OneBackendStrategy(TuneStrategy):
         availability = blueprint.availability(device)
         if not availability.available:
             raise RuntimeError(f"{blueprint.describe()} cannot run here: {availability.reason}")
-        batch = self.session.batch_range()
-        result = self.evaluate(blueprint, [batch[1] if batch else None], raise_errors=True)
-        if self.passes_gate(result, result.measurement):
-            return self.select(result)
-        self.discard(result)
-        return self.eager_fallback(result.reason)
+        result = self.evaluate(blueprint, raise_errors=True)
+        return self.route_by_batch([result], self.serving_sizes())

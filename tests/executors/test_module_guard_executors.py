@@ -64,6 +64,6 @@ def test_a_winner_that_changes_the_module_when_restored_here_fails_and_is_undone
     rows = report.graphs[0].candidates
     assert (rows[0].status, rows[0].stage) == ("failed", "activate"), rows[0]
     assert f"{module.name}.up.weight was modified in place" in rows[0].reason
-    assert rows[-1].status == "fallback" and "could not be restored here" in rows[-1].reason
+    assert rows[-1].status == "fallback"
     assert isinstance(module.backends["0"], TorchEagerBackend)
     assert_unchanged(model, saved)

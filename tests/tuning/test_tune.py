@@ -30,6 +30,7 @@ from aitune_core.backends import BackendState, TorchEagerBackend
 from aitune_core.config import config
 from aitune_core.log import capture
 from aitune_core.module import ModuleState, UnsupportedCallError
+from aitune_core.profiling.timer import EAGER, ScriptedTimer
 from aitune_core.strategies import (
     FirstWinsStrategy,
     LatencyBudgetStrategy,
@@ -128,8 +129,12 @@ def test_one_backend_reraises_the_original_build_error(unique_name):
 
 def test_one_backend_falls_back_to_eager_when_correct_but_slower(unique_name):
     module = ait.Module(SlowableMLP().eval(), unique_name())
+    timer = ScriptedTimer({EAGER: 1e-3, "SlowBackend()": 2e-3})
     report = tune(
-        module, samples(), batch_sizes=[1, 2], strategy=OneBackendStrategy(SlowBackend(), profile=FAST_PROFILE)
+        module,
+        samples(),
+        batch_sizes=[1, 2],
+        strategy=OneBackendStrategy(SlowBackend(), profile=FAST_PROFILE, timer=timer),
     )
     slow, fallback = report.graphs[0].candidates
     assert slow.status == "rejected" and slow.stage == "performance" and "gate" in slow.reason
@@ -164,15 +169,19 @@ def test_every_candidate_failing_can_raise(unique_name):
 
 
 def test_max_throughput_picks_the_fastest_correct_candidate(unique_name):
-    module = ait.Module(SlowableMLP(0.002).eval(), unique_name())
+    module = ait.Module(SlowableMLP().eval(), unique_name())
+    timer = ScriptedTimer({EAGER: 1e-3, "SlowBackend()": 3e-3, "NoDelayBackend()": 1e-4, "TorchEagerBackend()": 1e-3})
     strategy = MaxThroughputStrategy(
-        [SlowBackend(), WrongBackend(), NoDelayBackend(), TorchEagerBackend()], profile=FAST_PROFILE
+        [SlowBackend(), WrongBackend(), NoDelayBackend(), TorchEagerBackend()], profile=FAST_PROFILE, timer=timer
     )
     report = tune(module, samples(), batch_sizes=[1, 2, 4], strategy=strategy)
-    statuses = {c.backend: c.status for c in report.graphs[0].candidates}
-    assert statuses["NoDelayBackend()"] == "selected"
-    assert statuses["WrongBackend()"] == "rejected"
-    assert statuses["SlowBackend()"] == "passed"
+    rows = {c.backend: c for c in report.graphs[0].candidates}
+    assert rows["NoDelayBackend()"].status == "selected"
+    assert rows["WrongBackend()"].status == "rejected" and rows["WrongBackend()"].stage == "validation"
+    assert (rows["SlowBackend()"].status, rows["SlowBackend()"].stage) == ("rejected", "performance")
+    assert "0.33x" in rows["SlowBackend()"].reason
+    assert rows["TorchEagerBackend()"].status == "passed"
+    assert rows["NoDelayBackend()"].speedup == pytest.approx(10.0)
 
 
 def test_max_throughput_widens_the_batch_range_it_found(unique_name):
@@ -185,21 +194,23 @@ def test_max_throughput_widens_the_batch_range_it_found(unique_name):
 
 
 def test_min_latency_and_latency_budget_strategies(unique_name):
-    fast = ait.Module(SlowableMLP(0.002).eval(), unique_name())
+    timer = ScriptedTimer({EAGER: 2e-3, "SlowBackend()": 3e-3, "NoDelayBackend()": 1e-4})
+    fast = ait.Module(SlowableMLP().eval(), unique_name())
     tune(
         fast,
         samples(),
         batch_sizes=[1, 2],
-        strategy=MinLatencyStrategy([SlowBackend(), NoDelayBackend()], profile=FAST_PROFILE),
+        strategy=MinLatencyStrategy([SlowBackend(), NoDelayBackend()], profile=FAST_PROFILE, timer=timer),
     )
     assert isinstance(fast.backends["0"], NoDelayBackend)
 
     budget = ait.Module(SlowableMLP().eval(), unique_name())
+    slow = ScriptedTimer({EAGER: 30e-3, "SlowBackend(delay_s=0.02)": 20e-3})  # faster than eager, over budget
     report = tune(
         budget,
         samples(),
         batch_sizes=[1, 2],
-        strategy=LatencyBudgetStrategy([SlowBackend(delay_s=0.02)], budget_ms=5, profile=FAST_PROFILE),
+        strategy=LatencyBudgetStrategy([SlowBackend(delay_s=0.02)], budget_ms=5, profile=FAST_PROFILE, timer=slow),
     )
     slow = report.graphs[0].candidates[0]
     assert slow.status == "rejected" and "budget" in slow.reason
@@ -398,14 +409,17 @@ def test_json_log_format_prints_one_object_per_line(tmp_path: Path):
 def test_eager_serves_the_small_batches_where_it_measured_faster(unique_name, tmp_path: Path):
     """The winner at the largest batch (a fixed 3 ms per call) loses to eager (0.5 ms per
     sample) below batch 6: those calls run eagerly, larger ones go to the backend."""
-    model = PerSampleCostMLP(per_sample_s=0.0005).eval()
+    model = PerSampleCostMLP(per_sample_s=0.0).eval()
     module = ait.Module(model, unique_name())
-    strategy = MaxThroughputStrategy([FixedCostBackend(delay_s=0.003)], profile=FAST_PROFILE)
+    timer = ScriptedTimer({EAGER: lambda batch: 0.5e-3 * batch, "FixedCostBackend()": 3e-3})
+    strategy = MaxThroughputStrategy([FixedCostBackend(delay_s=0.003)], profile=FAST_PROFILE, timer=timer)
     report = tune(module, samples(), batch_sizes=[1, 2, 4, 8, 16], strategy=strategy)
     (route,) = module.routes.values()
     assert isinstance(route.backend, FixedCostBackend)
     assert route.eager_up_to == 4
-    assert "eager serves batch <= 4" in report.summary()
+    (row,) = [c for c in report.graphs[0].candidates if c.status == "selected"]
+    assert row.serves == [(5, 16)] and report.graphs[0].eager_serves == [(1, 4)]
+    assert "batch 5-16" in report.summary() and "batch 1-4" in report.summary()
     calls = 0
     real_call = route.call
 
@@ -422,7 +436,7 @@ def test_eager_serves_the_small_batches_where_it_measured_faster(unique_name, tm
         assert calls == expected_calls, batch
     path = ait.save(module, tmp_path / "ckpt")
     manifest = json.loads((path / "manifest.json").read_text())
-    assert manifest["modules"][0]["graphs"][0]["eager_up_to"] == 4
+    assert manifest["modules"][0]["graphs"][0]["lower"] == [{"up_to": 4, "backend": None}]
 
 
 def test_no_eager_routing_without_performance_validation(unique_name):

@@ -18,7 +18,8 @@ from aitune_core.metadata.locator import Locator
 
 # torch.compile specialises sizes 0 and 1 whatever it is told ("the zero-one
 # specialization problem" in the dynamic shapes docs), and mark_dynamic refuses a
-# lower bound it cannot keep. Ranges start at 2; a call of size 1 gets its own graph.
+# lower bound it cannot keep. Ranges start at 2 unless the compile reasons about sizes
+# size-obliviously (:mod:`aitune_inductor.size_one`), which lets them start at 1.
 MIN_DYNAMIC_SIZE = 2
 
 
@@ -51,26 +52,49 @@ def ranged_axes(graph: GraphSpec) -> list[RangedAxis]:
     return axes
 
 
-def compile_bounds(axis: RangedAxis, batch_range: tuple[int, int] | None) -> tuple[int, int] | None:
+def compile_bounds(
+    axis: RangedAxis, batch_range: tuple[int, int] | None, floor: int = MIN_DYNAMIC_SIZE
+) -> tuple[int, int] | None:
     """The ``(min, max)`` to give ``mark_dynamic``, or None to leave the axis to specialise.
 
     Batch axes take their bounds from the batch range, so that all of them agree on
     ``size = multiplier * batch``; bounds that contradict a relation the model implies
-    would make Dynamo raise.
+    would make Dynamo raise. ``floor`` is the smallest size a range may start at.
     """
     if axis.multiplier is not None and batch_range is not None:
-        low = axis.multiplier * max(batch_range[0], MIN_DYNAMIC_SIZE)
+        low = axis.multiplier * max(batch_range[0], floor)
         high = axis.multiplier * batch_range[1]
     else:
-        low, high = max(axis.low, MIN_DYNAMIC_SIZE), axis.high
+        low, high = max(axis.low, floor), axis.high
     return (low, high) if low < high else None
 
 
-def mark_dynamic(arguments: dict[str, Any], graph: GraphSpec, bounded: bool = True) -> list[str]:
+def reaches_size_one(graph: GraphSpec) -> bool:
+    """Whether some ranged axis takes a size below :data:`MIN_DYNAMIC_SIZE` (a batch of 1).
+
+    Such a call falls outside the usual range and gets a graph of its own, unless the
+    range is allowed to start at 1.
+    """
+    batch_range = graph.batch_range
+    return any(
+        compile_bounds(axis, batch_range, floor=1) != compile_bounds(axis, batch_range) for axis in ranged_axes(graph)
+    )
+
+
+def below_range(arguments: dict[str, Any], graph: GraphSpec) -> bool:
+    """Whether a call has a ranged axis of a size below :data:`MIN_DYNAMIC_SIZE`."""
+    return any(axis.locator.get(arguments).shape[axis.axis] < MIN_DYNAMIC_SIZE for axis in ranged_axes(graph))
+
+
+def mark_dynamic(
+    arguments: dict[str, Any], graph: GraphSpec, bounded: bool = True, floor: int = MIN_DYNAMIC_SIZE
+) -> list[str]:
     """Mark the ranged axes of a call's tensors dynamic, before torch.compile first sees them.
 
     bounded: give the tuned min and max (``mark_dynamic``); without, only hint that the
         axis varies (``maybe_mark_dynamic``), for models whose shapes the bounds contradict.
+    floor: the smallest size a range may start at; 1 only for a compile that reasons
+        size-obliviously, which Dynamo needs to accept such a bound.
     Returns the axes marked, for the build report. Axes whose size in this call lies
     outside the bounds are left alone: marking them would fail the call.
     """
@@ -79,7 +103,7 @@ def mark_dynamic(arguments: dict[str, Any], graph: GraphSpec, bounded: bool = Tr
     marked = []
     batch_range = graph.batch_range
     for axis in ranged_axes(graph):
-        bounds = compile_bounds(axis, batch_range)
+        bounds = compile_bounds(axis, batch_range, floor)
         if bounds is None:
             continue
         tensor = axis.locator.get(arguments)

@@ -3,8 +3,10 @@
 The module itself is compiled (``torch.compile`` wraps it without changing it), with
 the graph's batch and dynamic axes marked dynamic with their tuned min and max. One
 compiled graph then serves every batch size in range, and a new batch size costs no
-recompile. All shapes a tuned call can bring are run while building, so the seconds
-of compiling are spent in tuning, not on the first real call.
+recompile; a range that starts at 1 shares that graph too where the model allows it
+(:mod:`aitune_inductor.size_one`). All shapes a tuned call can bring are run while
+building, so the seconds of compiling are spent in tuning, not on the first real call,
+and ``build_info["recompiles"]`` counts every graph beyond the first.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ from aitune_core.backends.autocast import autocast, cast_outputs
 from aitune_core.backends.base import Availability, Backend, BackendConfig, BuildContext
 from aitune_core.backends.eager import floating_dtype
 from aitune_core.metadata.locator import Locator, map_leaves
+from aitune_core.validation.compare import compare_outputs
+from aitune_core.validation.tolerances import DEFAULT_TOLERANCES, Tolerances
 from aitune_inductor.availability import inductor_availability
 from aitune_inductor.calls import build_calls
 from aitune_inductor.compile_watch import CompileWatch
 from aitune_inductor.config_checks import check_allowed_options, check_mode, check_options, options_dict
-from aitune_inductor.dims import mark_dynamic, ranged_axes
+from aitune_inductor.dims import below_range, mark_dynamic, ranged_axes, reaches_size_one
+from aitune_inductor.size_one import size_oblivious, size_oblivious_available
 
 
 @attrs.frozen
@@ -126,32 +131,103 @@ class TorchInductorJitBackend(Backend):
     def _build(self, context: BuildContext) -> None:
         started = time.perf_counter()
         self._watch = CompileWatch()
-        marked, bounds_note = self._compile_and_warm_up(context)
+        warm = self._compile_and_warm_up(context)
         report = self._watch.report()
         self.build_info = {
             "dynamic": str(self.resolved_dynamic(context)),
-            "marked_dynamic": marked,
+            "marked_dynamic": warm.marked,
             **report,
             "compile_s": round(time.perf_counter() - started, 3),
         }
-        if bounds_note:
-            self.build_info["bounds_dropped"] = bounds_note
+        if warm.bounds_dropped:
+            self.build_info["bounds_dropped"] = warm.bounds_dropped
+        if warm.size_one:
+            self.build_info["size_one"] = warm.size_one
 
-    def _compile_and_warm_up(self, context: BuildContext) -> tuple[list[str], str]:
-        """Compile and run every build call. Returns the axes marked dynamic and, when the
-        model contradicted the tuned bounds, why they were dropped."""
+    def _shares_size_one(self, context: BuildContext) -> bool:
+        """Whether to try one graph for a range that starts at 1 (see :mod:`aitune_inductor.size_one`).
+
+        A retry must not find the shared graph again, so this needs compiles that keep
+        their own entries (``isolate_recompiles``).
+        """
+        return (
+            self.resolved_dynamic(context) is None
+            and reaches_size_one(context.graph_spec)
+            and size_oblivious_available()
+            and _supports("isolate_recompiles")
+        )
+
+    def _compile_and_warm_up(self, context: BuildContext) -> _WarmUp:
+        """Compile and run every build call: on one graph from size 1 where the model
+        allows it, else on one graph from size 2 and another for size 1."""
         if self._watch is None:  # restored from a checkpoint: count from the first activation
             self._watch = CompileWatch()
         if not context.samples:
             # A checkpoint may hold no samples (inputs it cannot store); compile on the first call.
             self._compiled = torch.compile(context.module, **self._compile_kwargs(context))
-            return [], ""
-        calls = build_calls(context)
+            return _WarmUp([])
+        calls = [arguments for _, arguments in build_calls(context)]
+        size_one = ""
+        if self._shares_size_one(context):
+            marked: list[str] = []
+            try:
+                marked, mismatch = self._warm_up_from_size_one(context, calls)
+            except Exception as error:
+                mismatch = _first_line(error)
+            if not mismatch:
+                return _WarmUp(marked, size_one=self._size_one_outcome())
+            size_one = f"own graph: {mismatch}"
+            self._watch = CompileWatch()  # the report covers the compile that is kept
+        marked, bounds_dropped = self._warm_up(context, calls)
+        return _WarmUp(marked, bounds_dropped, size_one)
+
+    def _size_one_outcome(self) -> str:
+        """"shared", or why the build still compiled more than one graph (a guard torch keeps)."""
+        assert self._watch is not None
+        reasons = self._watch.recompile_reasons()
+        if not self._watch.report()["recompiles"]:
+            return "shared"
+        return f"recompiled: {reasons[0]}" if reasons else "recompiled"
+
+    def _warm_up_from_size_one(self, context: BuildContext, calls: list[dict[str, Any]]) -> tuple[list[str], str]:
+        """Compile with ranges from 1, run the calls and compare size-1 outputs with eager.
+        Returns the axes marked and how the outputs differ ("" when they agree)."""
+        assert self._watch is not None
+        self._compiled = torch.compile(context.module, **self._compile_kwargs(context))
+        marked = mark_dynamic(calls[0], context.graph_spec, bounded=True, floor=1)
+        for index, arguments in enumerate(calls):
+            if index == 0:
+                with size_oblivious():
+                    outputs = self._run(context, arguments)
+                self._watch.first_call_done()
+            else:
+                outputs = self._run(context, arguments)
+            if below_range(arguments, context.graph_spec):
+                args, kwargs = context.signature.bind(arguments)
+                with torch.no_grad():
+                    problem = compare_outputs(outputs, context.module(*args, **kwargs), self._size_one_tolerances())
+                if problem.problem:
+                    return marked, problem.problem
+        return marked, ""
+
+    def _size_one_tolerances(self) -> Tolerances:
+        """How close to eager the shared graph must be at size 1: as validation's defaults, or
+        under autocast as the dtype it computes in (a size-1 mistake is far larger)."""
+        config: TorchInductorJitBackendConfig = self.config  # type: ignore[assignment]
+        if not config.autocast_enabled:
+            return self.default_tolerances()
+        tolerance = DEFAULT_TOLERANCES.get(config.autocast_dtype, DEFAULT_TOLERANCES[torch.bfloat16])
+        return Tolerances.uniform(tolerance.atol, tolerance.rtol)
+
+    def _warm_up(self, context: BuildContext, calls: list[dict[str, Any]]) -> tuple[list[str], str]:
+        """Compile with ranges from 2 and run the calls. Returns the axes marked dynamic and,
+        when the model contradicted the tuned bounds, why they were dropped."""
+        assert self._watch is not None
         mark = self.resolved_dynamic(context) is not False
         marked: list[str] = []
         note = ""
         self._compiled = torch.compile(context.module, **self._compile_kwargs(context))
-        _, first = calls[0]
+        first = calls[0]
         if mark:
             marked = mark_dynamic(first, context.graph_spec, bounded=True)
         try:
@@ -161,13 +237,13 @@ class TorchInductorJitBackend(Backend):
                 raise
             # The model forces a relation or specialisation the bounds contradict: let Dynamo
             # find the ranges itself, so the build still yields one dynamic graph.
-            note = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+            note = _first_line(error)
             self._compiled = torch.compile(context.module, **self._compile_kwargs(context))
             first = {name: map_leaves(value, Locator(name), _unmarked) for name, value in first.items()}
             marked = mark_dynamic(first, context.graph_spec, bounded=False)
             self._run(context, first)
         self._watch.first_call_done()
-        for _, arguments in calls[1:]:
+        for arguments in calls[1:]:
             self._run(context, arguments)
         return marked, note
 
@@ -219,6 +295,28 @@ class TorchInductorJitBackend(Backend):
         if self._compiled is not None and not config.autocast_enabled:
             return self._compiled
         return self._infer
+
+
+@attrs.frozen
+class _WarmUp:
+    """What a build's warm-up reports.
+
+    marked: the axes marked dynamic, with their ranges.
+    bounds_dropped: why the tuned bounds were given up, when the model contradicted them.
+    size_one: "shared" when size 1 runs on the one graph; "recompiled: <guard>" when torch
+        still compiled another (a convolution picks its kernel by batch size); "own graph:
+        <why>" when the shared graph was wrong at size 1 and the range starts at 2; "" when
+        no range reaches size 1.
+    """
+
+    marked: list[str]
+    bounds_dropped: str = ""
+    size_one: str = ""
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _unmarked(_locator: Locator, leaf: Any) -> Any:

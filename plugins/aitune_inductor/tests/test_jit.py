@@ -39,6 +39,48 @@ def test_matches_eager_at_shape(
         torch.testing.assert_close(built(*args, **kwargs), mlp_context.module(*args, **kwargs))
 
 
+def test_batch_sizes_from_one_build_one_graph(helpers: Any, tmp_path: Any) -> None:
+    """Batch 1 is special to Dynamo (0/1 specialisation); it must still share the one graph.
+
+    The model is one no other test compiles: a cached compile of the same graph with a
+    range from 2 would bring its guard back (see aitune_inductor.size_one).
+    """
+    model = torch.nn.Sequential(torch.nn.Linear(8, 24), torch.nn.GELU(), torch.nn.Linear(24, 4))
+    context = helpers.record(model, lambda b: (torch.randn(b, 8),), (1, 2, 4, 8), tmp_path)
+    backend = TorchInductorJitBackend().build(context)
+    info = backend.build_info
+    assert info["marked_dynamic"] == ["input[0] in [1, 8]"]
+    assert info["size_one"] == "shared", info
+    assert info["graphs"] == 1, info
+    assert info["recompiles"] == 0, info
+    x = torch.randn(1, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(backend(x), context.module(x))
+
+
+class SqueezesBatch(torch.nn.Module):
+    """``squeeze()`` drops a batch of 1 in eager, so the softmax runs over the features;
+    a size-oblivious graph keeps the axis and takes the softmax over the batch instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x).squeeze().softmax(0).reshape(x.shape[0], -1)
+
+
+def test_size_one_gets_its_own_graph_where_sharing_changes_the_output(helpers: Any, tmp_path: Any) -> None:
+    context = helpers.record(SqueezesBatch(), lambda b: (torch.randn(b, 8),), (1, 4), tmp_path)
+    backend = TorchInductorJitBackend().build(context)
+    assert backend.build_info["size_one"].startswith("own graph: "), backend.build_info
+    assert backend.build_info["marked_dynamic"] == ["x[0] in [2, 4]"]
+    for batch in (1, 3):
+        x = torch.randn(batch, 8)
+        with torch.no_grad():
+            torch.testing.assert_close(backend(x), context.module(x))
+
+
 def test_new_batch_size_in_range_does_not_recompile(built: TorchInductorJitBackend, mlp_context: BuildContext) -> None:
     before = built.compile_stats()
     x = torch.randn(5, 8)  # batch 5 was never recorded nor built

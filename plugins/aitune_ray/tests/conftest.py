@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from aitune_core.config import config
+from aitune_core.testing.timing import steady_timer
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
@@ -47,6 +48,7 @@ def local_ray() -> Iterator[Any]:
 @pytest.fixture(autouse=True)
 def _clean_config(tmp_path: Path) -> Iterator[None]:
     config.reset()
+    config.timer = steady_timer()  # which candidate wins never depends on the machine's load
     config.cache_dir = tmp_path / "aitune-cache"
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # timings here must not depend on how busy the other core is

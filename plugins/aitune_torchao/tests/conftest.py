@@ -18,6 +18,7 @@ import torch
 
 from aitune_core.backends.base import BuildContext
 from aitune_core.config import config
+from aitune_core.testing.timing import steady_timer
 from aitune_core.context import BATCH_SIZE_KEY, global_context
 from aitune_core.module.wrapper import Module
 
@@ -27,6 +28,7 @@ _names = itertools.count()
 @pytest.fixture(autouse=True)
 def _default_config(tmp_path: Path) -> Iterator[None]:
     config.reset()
+    config.timer = steady_timer()  # which candidate wins never depends on the machine's load
     config.cache_dir = tmp_path / "aitune-cache"
     torch.manual_seed(0)
     try:

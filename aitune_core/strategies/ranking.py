@@ -1,0 +1,216 @@
+"""Ranking the candidates that passed, at every batch size that will be served, and the routing plan.
+
+All live candidates and eager are timed together in interleaved rounds at each
+serving batch size (:func:`aitune_core.profiling.compare.compare`). At each size, a
+candidate qualifies when the low end of its speedup's confidence interval clears the
+gate; the fastest qualifier wins, and among qualifiers that the measurements cannot
+tell apart the one earlier in priority order wins, so that noise does not flip the
+choice from run to run. Sizes where nothing qualifies are eager's.
+
+The plan then merges neighbouring sizes with the same winner into batch ranges and
+keeps at most ``max_backends`` backends per graph: those that gain the most over the
+sizes they win. A size whose winner was dropped goes to the best kept qualifier, or
+to eager.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from aitune_core.profiling.compare import BatchComparison, Variant, compare
+from aitune_core.profiling.measurement import Measurement
+from aitune_core.profiling.stats import Speedup
+from aitune_core.profiling.timer import EAGER, Timer
+from aitune_core.strategies.candidates import CandidateResult, GraphSession, Status, describe_range
+
+Allowed = Callable[[CandidateResult, Measurement], bool]
+"""Whether a candidate may serve a batch size, given what it measured there."""
+
+
+@attrs.define(eq=False)
+class Ranking:
+    """The comparisons of one graph's candidates, by batch size (None: the graph has no batch axis)."""
+
+    comparisons: dict[int | None, BatchComparison]
+    names: dict[int, str]
+    """Variant name of each ranked result, by ``id(result)``."""
+    gate: float
+
+    @property
+    def sizes(self) -> list[int | None]:
+        return list(self.comparisons)
+
+    def name(self, result: CandidateResult) -> str:
+        return self.names[id(result)]
+
+    def speedup(self, result: CandidateResult, size: int | None) -> Speedup:
+        return self.comparisons[size].speedup(self.name(result))
+
+    def verdict(self, result: CandidateResult, size: int | None) -> str:
+        return self.speedup(result, size).verdict(self.gate)
+
+    def measurement(self, result: CandidateResult, size: int | None) -> Measurement:
+        return self.comparisons[size].measurement(self.name(result))
+
+
+@attrs.frozen
+class Segment:
+    """Batches ``low..high`` (inclusive) go to ``winner``; None is eager. Both None: no batch axis."""
+
+    low: int | None
+    high: int | None
+    winner: CandidateResult | None
+
+    def describe(self) -> str:
+        return describe_range(self.low, self.high)
+
+
+def variant_names(results: list[CandidateResult]) -> dict[int, str]:
+    """Unique names (``describe()``, then ``#2``, ``#3`` for repeats), never ``"eager"``."""
+    names: dict[int, str] = {}
+    taken = {EAGER}
+    for result in results:
+        name, count = result.backend, 1
+        while name in taken:
+            count += 1
+            name = f"{result.backend}#{count}"
+        taken.add(name)
+        names[id(result)] = name
+    return names
+
+
+def rank(
+    session: GraphSession,
+    results: list[CandidateResult],
+    sizes: list[int | None],
+    gate: float,
+    timer: Timer,
+    never_wins: Callable[[CandidateResult], bool],
+) -> Ranking:
+    """Time eager and every result's live ``instance`` together at each of ``sizes``.
+
+    Fills each result's ``sweep`` and ``speedups`` with what was measured and adds the
+    time to its ``profile_s``. ``never_wins``: results that are eager themselves, timed
+    for the table but not waited for.
+    """
+    names = variant_names(results)
+    comparisons: dict[int | None, BatchComparison] = {}
+    for size in sizes:
+        call, samples = session.call_at(size)
+        variants = [Variant(EAGER, session.module)] + [Variant(names[id(r)], _live(r)) for r in results]
+        deciding = [names[id(r)] for r in results if not never_wins(r)]
+        comparison = compare(variants, call, samples, session.profile_config, timer, gate, deciding=deciding)
+        comparisons[size] = comparison
+        share = sum(comparison.calls[EAGER]) if results else 0.0
+        for result in results:
+            name = names[id(result)]
+            result.sweep.append(comparison.measurement(name))
+            result.speedups[samples] = comparison.speedup(name)
+            result.profile_s += sum(comparison.calls[name]) + share / len(results)
+        session.eager_sweep.append(comparison.measurement(EAGER))
+        session.log.info(
+            "compared",
+            batch_size=samples,
+            rounds=comparison.round_count,
+            outliers=comparison.outliers,
+            eager=f"{comparison.measurement(EAGER).throughput:.1f}/s",
+            **{names[id(r)]: comparison.speedup(names[id(r)]).describe() for r in results},
+        )
+    return Ranking(comparisons, names, gate)
+
+
+def winner_at(
+    ranking: Ranking,
+    size: int | None,
+    contenders: list[CandidateResult],
+    order: list[CandidateResult],
+    allowed: Allowed | None = None,
+) -> CandidateResult | None:
+    """The fastest qualifier at ``size``; of those indistinguishable from it, the first in ``order``."""
+    qualified = [
+        r
+        for r in contenders
+        if ranking.verdict(r, size) == "faster" and (allowed is None or allowed(r, ranking.measurement(r, size)))
+    ]
+    if not qualified:
+        return None
+    comparison = ranking.comparisons[size]
+    best = max(qualified, key=lambda r: comparison.measurement(ranking.name(r)).throughput)
+    tied = [r for r in qualified if comparison.speedup(ranking.name(best), over=ranking.name(r)).low <= 1.0]
+    return min(tied, key=order.index)
+
+
+def plan(
+    ranking: Ranking,
+    contenders: list[CandidateResult],
+    order: list[CandidateResult],
+    max_backends: int,
+    batch_range: tuple[int, int] | None,
+    allowed: Allowed | None = None,
+) -> list[Segment]:
+    """Batch ranges and their winners (see the module docstring)."""
+    sizes = ranking.sizes
+    winners = {size: winner_at(ranking, size, contenders, order, allowed) for size in sizes}
+    chosen = {id(w): w for w in winners.values() if w is not None}
+    if len(chosen) > max_backends:
+        kept = sorted(chosen.values(), key=lambda r: (-_gain(ranking, r, winners), order.index(r)))[:max_backends]
+        winners = {size: winner_at(ranking, size, kept, order, allowed) for size in sizes}
+    if batch_range is None or sizes == [None]:
+        return [Segment(None, None, winners[sizes[0]])]
+    segments: list[Segment] = []
+    low = batch_range[0]
+    ordered = sorted(s for s in sizes if s is not None)
+    for index, size in enumerate(ordered):
+        high = batch_range[1] if index == len(ordered) - 1 else size
+        if low <= high:
+            segments.append(Segment(low, high, winners[size]))
+        low = high + 1
+    return merge(segments)
+
+
+def merge(segments: list[Segment]) -> list[Segment]:
+    """Neighbouring ranges with the same winner, as one range."""
+    merged: list[Segment] = []
+    for segment in segments:
+        if merged and merged[-1].winner is segment.winner:
+            merged[-1] = Segment(merged[-1].low, segment.high, segment.winner)
+        else:
+            merged.append(segment)
+    return merged
+
+
+def _gain(ranking: Ranking, result: CandidateResult, winners: dict[int | None, CandidateResult | None]) -> float:
+    """How much ``result`` speeds up the sizes it wins: the sum of log speedups."""
+    return sum(math.log(ranking.speedup(result, size).median) for size, w in winners.items() if w is result)
+
+
+def lost_reason(ranking: Ranking, result: CandidateResult, gate: float) -> tuple[Status, str]:
+    """``(status, reason)`` of a candidate that serves no range: rejected at the gate, or outrun."""
+    verdicts = {size: ranking.verdict(result, size) for size in ranking.sizes}
+    if any(v == "faster" for v in verdicts.values()):
+        return "passed", "others were faster at every batch size where it beat eager"
+    size = max(ranking.sizes, key=lambda s: s or 0)
+    speedup = ranking.speedup(result, size)
+    at = f" at batch {_samples(ranking, size)}"
+    if verdicts[size] == "undecided":
+        noisy = max(ranking.comparisons[size].spread(n) for n in (EAGER, ranking.name(result)))
+        return (
+            "rejected",
+            f"undecided: too noisy (p90/p50 = {noisy:.2f}){at}: {speedup.describe()} eager, "
+            f"the {gate:.2f}x gate needs the low end above it",
+        )
+    return "rejected", f"{speedup.describe()} eager{at}, below the {gate:.2f}x gate"
+
+
+def _samples(ranking: Ranking, size: int | None) -> Any:
+    return ranking.comparisons[size].batch_size
+
+
+def _live(result: CandidateResult) -> Callable[..., Any]:
+    if result.instance is None:
+        raise ValueError(f"{result.backend} has no live backend to time")
+    return result.instance
