@@ -127,10 +127,16 @@ def _kept(
     batch_size: int,
     config: ProfileConfig,
 ) -> BatchComparison:
-    dropped: set[int] = set()
+    count = len(rounds[reference])
+    severity: dict[int, float] = {}
     for values in rounds.values():
-        dropped |= outlier_rounds(values)
-    keep = [i for i in range(len(rounds[reference])) if i not in dropped]
+        typical = statistics.median(values)
+        for index in outlier_rounds(values):
+            severity[index] = max(severity.get(index, 0.0), values[index] / typical if typical > 0 else math.inf)
+    # Outliers are the exception: at most a quarter of the rounds go, the worst first.
+    worst = sorted(severity, key=lambda index: -severity[index])
+    dropped = set(worst[: max(0, min(count // 4, count - MIN_ROUNDS))])
+    keep = [i for i in range(count) if i not in dropped]
     return BatchComparison(
         batch_size=batch_size,
         reference=reference,
