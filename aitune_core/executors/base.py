@@ -43,20 +43,14 @@ class CandidateTask:
     """One candidate to try on the session's graph.
 
     blueprint: the backend as the user or a plugin gave it; executors build a copy.
-    profile_at: the batch sizes to time it at (None: the recorded sample as it is).
-    correctness_check: compare it with eager before timing it.
-    measure_eager: also time eager at ``profile_at`` where the candidate runs, so that
-        its speedup compares two timings taken under the same conditions. In-process
-        executors skip this: the strategy's own eager timings are taken right here.
+    correctness_check: compare it with eager.
     raise_errors: a failure raises instead of being recorded (OneBackendStrategy).
     result: the summary row to fill in.
     log: a logger bound to the module, graph and backend.
     """
 
     blueprint: Backend
-    profile_at: list[int | None]
     correctness_check: bool
-    measure_eager: bool
     raise_errors: bool
     result: CandidateResult
     log: Any

@@ -94,29 +94,17 @@ def run_payload(payload: GraphPayload, candidate: dict[str, Any], cache_dir: Pat
                     session,
                     blueprint,
                     result,
-                    list(candidate["profile_at"]),
                     correctness_check=bool(candidate.get("correctness_check", True)),
                     log=backend_log,
                 )
             except ModuleRestoreError as error:  # the module here is damaged: the next candidate loads it anew
                 _open_graph = None
                 result.status, result.stage, result.reason = "failed", session.guard.changed_steps[-1], str(error)
-            if result.status == "passed" and candidate.get("measure_eager"):
-                if _plain_eager(blueprint):  # its own timings are eager's: no need to time eager again
-                    for size, measurement in zip(candidate["profile_at"], result.sweep, strict=True):
-                        session._eager_timings.setdefault(size or 0, measurement)
-                result.eager_sweep = [session.eager_timing(size) for size in candidate["profile_at"]]
         record = CandidateRecord.of(result, worker)
         release(result.instance)
     if record.status != "passed":
         record.log_tail = "\n".join(_line(event) for event in events[-_TAIL_EVENTS:])
     return record
-
-
-def _plain_eager(backend: Any) -> bool:
-    from aitune_core.backends.eager import TorchEagerBackend
-
-    return isinstance(backend, TorchEagerBackend) and not backend.config.autocast_enabled  # type: ignore[attr-defined]
 
 
 def _line(event: dict[str, Any]) -> str:

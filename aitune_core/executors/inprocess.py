@@ -29,7 +29,6 @@ class InProcessExecutor(Executor):
             session,
             task.blueprint,
             task.result,
-            task.profile_at,
             correctness_check=task.correctness_check,
             raise_errors=task.raise_errors,
             log=task.log,

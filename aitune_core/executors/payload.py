@@ -231,7 +231,6 @@ class CandidateRecord:
     profile_s: float = 0.0
     sweep: list[Measurement] = attrs.field(factory=list)
     measurement: Measurement | None = None
-    eager_sweep: list[Measurement] = attrs.field(factory=list)
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     build_info: dict[str, Any] = attrs.field(factory=dict)
@@ -254,7 +253,6 @@ class CandidateRecord:
             profile_s=result.profile_s,
             sweep=list(result.sweep),
             measurement=result.measurement,
-            eager_sweep=list(result.eager_sweep),
             max_abs_error=result.max_abs_error,
             max_rel_error=result.max_rel_error,
             worker=worker,
@@ -286,7 +284,6 @@ class CandidateRecord:
         result.stage, result.reason = self.stage, self.reason
         result.build_s, result.validate_s, result.profile_s = self.build_s, self.validate_s, self.profile_s
         result.sweep, result.measurement = list(self.sweep), self.measurement
-        result.eager_sweep = list(self.eager_sweep)
         result.max_abs_error, result.max_rel_error = self.max_abs_error, self.max_rel_error
         result.backend_data = self.backend if self.status == "passed" else None
         result.worker, result.log_tail = self.worker, self.log_tail

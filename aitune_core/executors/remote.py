@@ -130,9 +130,7 @@ class RemoteExecutor(Executor):
         candidate = {
             "label": task.result.backend,
             "backend": reference,
-            "profile_at": list(task.profile_at),
             "correctness_check": task.correctness_check,
-            "measure_eager": task.measure_eager,
             "cache_dir": self.cache_dir_for(session),
             "graph_id": shipment.graph_id,
             **self.candidate_options(),

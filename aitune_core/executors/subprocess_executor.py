@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from aitune_core.strategies.candidates import GraphSession
 
 # Log events of run_candidate, and the step a child is in once it has logged each.
-_STAGE_MARKS = (("build started", "build"), ("build finished", "validation"), ("validated", "profile"))
+_STAGE_MARKS = (("build started", "build"), ("build finished", "validation"), ("validated", "serialize"))
 
 
 @attrs.define(eq=False)

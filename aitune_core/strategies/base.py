@@ -3,8 +3,9 @@
 A strategy receives the graph, its recorded samples and the candidates (blueprints),
 and returns one built, ACTIVE backend. Subclasses implement ``_tune`` and may extend
 ``_pre_tune``/``_post_tune``. The shared steps (build a copy, validate against eager,
-profile, compare with the eager baseline) live in :meth:`TuneStrategy.evaluate`, so
-custom strategies get the same checks and the same summary rows for free.
+then compare with eager at every serving batch size and route each range to its
+winner) live in :meth:`TuneStrategy.evaluate` and :meth:`TuneStrategy.route_by_batch`,
+so custom strategies get the same checks and the same summary rows for free.
 
 Where a candidate runs is the executor's business (:mod:`aitune_core.executors`):
 :meth:`TuneStrategy.evaluate` tries one and waits for it, and
@@ -327,9 +328,7 @@ class TuneStrategy(abc.ABC):
         log.info("candidate", progress=f"{self._candidate_index}/{total}")
         task = CandidateTask(
             blueprint=blueprint,
-            profile_at=[],
             correctness_check=self.correctness_check,
-            measure_eager=False,
             raise_errors=raise_errors,
             result=result,
             log=log,
@@ -407,6 +406,7 @@ class TuneStrategy(abc.ABC):
             result.status, result.reason = self.lost(result, ranking)
             if result.status == "rejected" and not result.stage:
                 result.stage = "performance"
+            session.log.info("not serving", backend=result.backend, status=result.status, reason=result.reason)
             self.discard(result)
         return segments, ranking
 

@@ -1,4 +1,8 @@
-"""Trying one candidate on one graph: build, validate, profile, and a record of how it went.
+"""Trying one candidate on one graph: build, validate, and a record of how it went.
+
+Timing happens afterwards, with every candidate that passed and eager side by side
+(:mod:`aitune_core.strategies.ranking`), so that all are measured under the same
+conditions wherever they were built.
 
 Every strategy runs candidates the same way; they differ only in which they try and
 how they choose. Keeping the steps here means every strategy reports failures with
@@ -24,13 +28,12 @@ import torch
 
 from aitune_core.backends.artifacts import seal_passed
 from aitune_core.backends.base import Backend, BuildContext
-from aitune_core.graphs.batch_sizes import sweep_batch_sizes
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.guard import ModuleChangedError, ModuleGuard, ModuleRestoreError
-from aitune_core.profiling.measurement import Measurement, ProfileConfig, measure
+from aitune_core.profiling.measurement import Measurement, ProfileConfig
 from aitune_core.profiling.stats import Speedup
-from aitune_core.profiling.timer import EAGER, Timer, WallClock
+from aitune_core.profiling.timer import Timer, WallClock
 from aitune_core.validation.inputs import CallInputs, batch_call, validation_calls
 from aitune_core.validation.points import validation_points
 from aitune_core.validation.reference import EagerReference
@@ -61,8 +64,6 @@ class CandidateResult:
     """Where it ran (``pid@host``) when an executor ran it outside this process; empty in-process."""
     log_tail: str = attrs.field(default="", repr=False)
     """The end of the worker's log when the candidate failed out of process."""
-    eager_sweep: list[Measurement] = attrs.field(factory=list, repr=False)
-    """Eager timed by the same worker at the candidate's batch sizes: the fair baseline for its speedup."""
     blueprint: Backend | None = attrs.field(default=None, repr=False)
     backend_data: dict[str, Any] | None = attrs.field(default=None, repr=False)
     """``to_dict()`` of the candidate as built out of process: what restores the winner here."""
@@ -76,14 +77,6 @@ class CandidateResult:
 
     def describe_serves(self) -> str:
         return ", ".join(describe_range(low, high) for low, high in self.serves)
-
-    def eager_at(self, batch_size: int | None) -> Measurement | None:
-        """Eager's timing from the candidate's own worker at ``batch_size``, if it took one."""
-        if not self.eager_sweep:
-            return None
-        if batch_size is None:
-            return self.eager_sweep[0]
-        return next((m for m in self.eager_sweep if m.batch_size == batch_size), None)
 
 
 def describe_range(low: int | None, high: int | None) -> str:
@@ -114,8 +107,8 @@ class CandidateFailedError(RuntimeError):
 class GraphSession:
     """The graph being tuned and what is shared by all of its candidates.
 
-    The eager reference outputs and eager timings are computed once, lazily, and then
-    reused for every candidate. ``guard`` watches the module around every candidate
+    The eager reference outputs are computed once, lazily, and then reused for every
+    candidate. ``guard`` watches the module around every candidate
     step; ``tune()`` shares one between a module's graphs, so that its copy of the
     weights is made once per module.
     """
@@ -134,7 +127,6 @@ class GraphSession:
     eager_sweep: list[Measurement] = attrs.field(factory=list)
     """Eager's measurements from the comparisons, one per batch size compared."""
     _reference: EagerReference | None = None
-    _eager_timings: dict[int, Measurement] = attrs.field(factory=dict)
     guard: ModuleGuard = attrs.field(
         default=attrs.Factory(lambda self: ModuleGuard(self.module, self.module_name, log=self.log), takes_self=True)
     )
@@ -161,24 +153,6 @@ class GraphSession:
             call = validation_calls(self.graph, [sample], self.signature, self.device)[0]
             return call, sample.batch_size or 1
         return batch_call(self.graph, sample, self.signature, self.device, batch_size), batch_size
-
-    def profile(self, fn: Any, batch_size: int | None) -> Measurement:
-        call, samples = self.call_at(batch_size)
-        name = fn.describe() if isinstance(fn, Backend) else EAGER
-        return measure(fn, call, self.profile_config, samples, self.timer, name)
-
-    def eager_timing(self, batch_size: int | None) -> Measurement:
-        key = batch_size or 0
-        if key not in self._eager_timings:
-            self._eager_timings[key] = self.profile(self.module, batch_size)
-        return self._eager_timings[key]
-
-    def sweep_sizes(self, up_to: int | None = None) -> list[int | None]:
-        batch_range = self.batch_range()
-        if batch_range is None:
-            return [None]
-        low, high = batch_range
-        return list(sweep_batch_sizes(low, max(high, up_to or high)))
 
     def context(self, backend: Backend) -> BuildContext:
         """A build context whose ``cache_dir`` is a new folder that only this build writes to.
@@ -229,12 +203,14 @@ def run_candidate(
     session: GraphSession,
     blueprint: Backend,
     result: CandidateResult,
-    profile_at: list[int | None],
     correctness_check: bool = True,
     raise_errors: bool = False,
     log: Any = None,
 ) -> CandidateResult:
-    """Build a copy of ``blueprint``, validate it against eager and profile it at ``profile_at``.
+    """Build a copy of ``blueprint`` and validate it against eager.
+
+    Timing is the strategy's business afterwards, with every candidate and eager
+    interleaved (:mod:`aitune_core.strategies.ranking`).
 
     Fills ``result`` in place. Its ``instance`` is the ACTIVE backend when every step
     passed, else None and the backend is released. With ``raise_errors``, a build or
@@ -264,20 +240,6 @@ def run_candidate(
                 duration_s=round(validation.duration_s, 3),
                 max_abs_error=float(f"{validation.max_abs_error:.3g}"),
                 **({"note": "; ".join(validation.notes)} if validation.notes else {}),
-            )
-        stage = "profile"
-        start = time.perf_counter()
-        with session.guard.step(stage):
-            result.sweep = [session.profile(backend, size) for size in profile_at]
-        result.profile_s = time.perf_counter() - start
-        result.measurement = max(result.sweep, key=lambda m: m.throughput) if result.sweep else None
-        if result.measurement is not None:
-            log.info(
-                "profiled",
-                throughput=round(result.measurement.throughput, 2),
-                batch_size=result.measurement.batch_size,
-                latency_ms=round(result.measurement.median_ms, 4),
-                duration_s=round(result.profile_s, 3),
             )
         stage = "serialize"
         seal_passed(backend)  # what save may write: checked and hashed as it passed
