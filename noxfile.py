@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,26 +25,58 @@ nox.options.error_on_missing_interpreters = False
 
 @dataclass(frozen=True)
 class Plugin:
-    """A plugin distribution in this repository, and what installing it must list."""
+    """A plugin distribution in this repository, read from its ``pyproject.toml``.
 
+    ``[tool.aitune.nox]`` says what installing it must list (``backends``, and the
+    ``statuses`` it may have, e.g. ``["unavailable", "loaded"]`` where its library
+    cannot be installed here), and ``together = false`` keeps a heavy plugin out of
+    the all-together session. The plugins it needs are its dependencies that are
+    plugins of this repository.
+    """
+
+    key: str
     path: str
     distribution: str
+    package: str
     backends: tuple[str, ...]
-    needs: tuple[str, ...] = ()  # other plugins (by key) it depends on
-    statuses: tuple[str, ...] = ("loaded",)
+    needs: tuple[str, ...]
+    statuses: tuple[str, ...]
+    together: bool
 
 
-PLUGINS: dict[str, Plugin] = {
-    "inductor": Plugin("plugins/aitune_inductor", "aitune-inductor", ("inductor_jit", "inductor_aot")),
-    "onnx": Plugin("plugins/aitune_onnx", "aitune-onnx", ("onnxruntime",)),
-    "torchao": Plugin("plugins/aitune_torchao", "aitune-torchao", ("torchao",)),
-    # TensorRT cannot be installed on the CPU machines: there the plugin must install (tensorrt
-    # is an extra), be listed unavailable with its reason, and pass its CPU tests.
-    "trt": Plugin(
-        "plugins/aitune_trt", "aitune-trt", ("tensorrt",), needs=("onnx",), statuses=("unavailable", "loaded")
-    ),
-    "example": Plugin("examples/aitune_example_backend", "aitune-example-backend", ("example_fx_fuse",)),
-}
+def discover() -> dict[str, Plugin]:
+    """Every ``plugins/*/pyproject.toml`` and ``examples/*/pyproject.toml`` that declares an aitune plugin."""
+    found: dict[str, dict] = {}
+    for pyproject in sorted([*ROOT.glob("plugins/*/pyproject.toml"), *ROOT.glob("examples/*/pyproject.toml")]):
+        data = tomllib.loads(pyproject.read_text())
+        project = data.get("project", {})
+        if "aitune.plugins" not in project.get("entry-points", {}):
+            continue
+        found[project["name"]] = {"folder": pyproject.parent, "project": project, "data": data}
+    plugins: dict[str, Plugin] = {}
+    for distribution, item in found.items():
+        settings = item["data"].get("tool", {}).get("aitune", {}).get("nox", {})
+        requirements = [_requirement_name(r) for r in item["project"].get("dependencies", [])]
+        key = distribution.removeprefix("aitune-")
+        plugins[key] = Plugin(
+            key=key,
+            path=str(item["folder"].relative_to(ROOT)),
+            distribution=distribution,
+            package=distribution.replace("-", "_"),
+            backends=tuple(settings.get("backends", ())),
+            needs=tuple(r.removeprefix("aitune-") for r in requirements if r in found),
+            statuses=tuple(settings.get("statuses", ("loaded",))),
+            together=bool(settings.get("together", True)),
+        )
+    return plugins
+
+
+def _requirement_name(requirement: str) -> str:
+    return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower()
+
+
+PLUGINS = discover()
+TOGETHER = [key for key, plugin in PLUGINS.items() if plugin.together]
 
 nox.options.sessions = ["lint", "tests_core", "tests_plugin", "tests_all"]
 
@@ -121,7 +155,7 @@ def tests_plugin(session: nox.Session, name: str) -> None:
 @nox.session
 def tests_all(session: nox.Session) -> None:
     """Everything installed together: the core tests, then every plugin's tests."""
-    names = with_needs(list(PLUGINS))
+    names = with_needs(TOGETHER)
     install(session, ".", *(f"./{PLUGINS[n].path}" for n in names), "pytest")
     check_listing(session, names)
     pytest(session, "tests")
@@ -132,31 +166,24 @@ def tests_all(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over everything, mypy over the core."""
-    install(session, "ruff", "mypy", ".")
+    """ruff over everything, mypy over the core and over every plugin (each from its own folder)."""
+    names = with_needs(TOGETHER)
+    install(session, "ruff", "mypy", ".", *(f"./{PLUGINS[n].path}" for n in names))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", "aitune_core")
     session.run("mypy", "aitune_core")
+    apart = [key for key in PLUGINS if key not in names]  # type-checked without their heavy libraries
+    if apart:
+        session.install("--no-deps", *(f"./{PLUGINS[key].path}" for key in apart))
+    for key in [*names, *apart]:
+        plugin = PLUGINS[key]
+        with session.chdir(plugin.path):
+            session.run("mypy", "--config-file", str(ROOT / "pyproject.toml"), "-p", plugin.package)
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
     """The benchmarks, with every plugin installed: ``nox -s bench -- [suite ...] [--threads N]``."""
-    names = with_needs(list(PLUGINS))
+    names = with_needs(TOGETHER)
     install(session, ".", *(f"./{PLUGINS[n].path}" for n in names), "matplotlib")
     session.run("python", "-m", "bench", *session.posargs)
-
-
-# The Ray executor plugin registers an executor and no backend; its tests start a local
-# two-CPU Ray. It stays out of PLUGINS so that tests_all and bench do not pull Ray in.
-@nox.session
-def tests_plugin_ray(session: nox.Session) -> None:
-    """The core and aitune-ray, installed from their pyproject.toml: discovery and the Ray executor tests."""
-    install(session, ".", "./plugins/aitune_ray", "pytest")
-    expected = {"aitune-core": [["eager"], ["loaded"]], "aitune-ray": [[], ["loaded"]]}
-    session.run("python", "-c", _LISTING_CHECK, json.dumps(expected))
-    # importlib mode: the tests import the installed plugin, not the source folder beside them.
-    pytest(session, "--import-mode=importlib", "plugins/aitune_ray")
-
-
-nox.options.sessions.append("tests_plugin_ray")
