@@ -151,9 +151,13 @@ def aitune_choose_strategy(module: Module, device: torch.device) -> Any | None:
     better strategy for them than the default.
 
     **When.** When tuning starts on a module whose `strategy` is `None`. Plugins are
-    asked in order of distribution name; the first answer that is not `None` wins.
+    asked in pluggy's order: `@hookimpl(tryfirst=True)` first, `trylast=True` last,
+    and otherwise the plugin registered last (plugins register in order of
+    distribution name) first. The first answer that is not `None` ends the call.
 
     **Returns** a `TuneStrategy` instance, or `None` to leave the choice to others.
+    Anything else (a strategy class, say) is refused with a warning naming your
+    distribution, and the default strategy is used.
 
     ```python
     @hookimpl

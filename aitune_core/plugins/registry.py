@@ -1,4 +1,11 @@
-"""The plugin registry: pluggy underneath, typed records and backend lookup on top.
+"""The plugin registry: a ``pluggy.PluginManager`` that also holds typed records and backend lookup.
+
+Hooks are called through pluggy (``registry.hook.<name>(...)``), so ``firstresult``,
+``tryfirst``, ``trylast`` and wrappers behave as pluggy documents them. Each loaded
+plugin's hook implementations are guarded when it is committed: a result comes back
+tagged with the plugin that gave it (:class:`Attributed`), so every result can be
+checked and a bad one names its plugin, and an implementation that raises disables
+its plugin instead of failing the call.
 
 Loading follows conda's plugin loader: every plugin is imported and registered on its
 own, and one that fails is logged, recorded with the reason and skipped, so a broken
@@ -18,6 +25,7 @@ and a slow import is named (:data:`SLOW_LOAD_S`), since it stalls the first ``Mo
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import threading
@@ -137,7 +145,15 @@ def _check_backend_class(cls: Any) -> str:
     return name
 
 
-class PluginRegistry:
+@attrs.frozen
+class Attributed:
+    """A hook result and the plugin that returned it (what guarded implementations return)."""
+
+    plugin_id: str
+    value: Any
+
+
+class PluginRegistry(pluggy.PluginManager):
     """The loaded plugins of one process (or of one test), and what they registered.
 
     Build one with :meth:`load`; :func:`aitune_core.plugins.manager.current_registry`
@@ -147,8 +163,8 @@ class PluginRegistry:
     """
 
     def __init__(self) -> None:
-        self.manager = pluggy.PluginManager(PROJECT_NAME)
-        self.manager.add_hookspecs(hookspecs)
+        super().__init__(PROJECT_NAME)
+        self.add_hookspecs(hookspecs)
         self._records: dict[str, PluginRecord] = {}  # by plugin id, built-in first
         self._backends: dict[str, tuple[type[Backend], PluginRecord]] = {}
         self._plugins: dict[str, Any] = {}  # distribution:entry point -> plugin object, in load order
@@ -216,7 +232,7 @@ class PluginRegistry:
             finally:
                 self._timed(source, clock() - started)
         for item, reason in self._conflicts(loaded):
-            self.manager.unregister(item.plugin)
+            self.unregister(item.plugin)
             records[item.source.plugin_id] = self._fail(item.source, reason, strict, item.api_version)
         for item in loaded:
             if item.source.plugin_id not in records:
@@ -237,10 +253,10 @@ class PluginRegistry:
         except BaseException as error:
             raise _Refused(f"import failed: {_describe_error(error)}") from error
         api_version = _check_api(plugin)
-        if self.manager.is_registered(plugin):
-            raise _Refused(f"{source.value} is already loaded as plugin {self.manager.get_name(plugin)!r}")
+        if self.is_registered(plugin):
+            raise _Refused(f"{source.value} is already loaded as plugin {self.get_name(plugin)!r}")
         try:
-            self.manager.register(plugin, name=source.plugin_id)
+            self.register(plugin, name=source.plugin_id)
         except KeyboardInterrupt:
             raise
         except BaseException as error:
@@ -253,18 +269,18 @@ class PluginRegistry:
             registrar = ContainerRegistrar()
             self._call_own(plugin, "aitune_register_containers", containers=registrar)
         except _Refused:
-            self.manager.unregister(plugin)
+            self.unregister(plugin)
             raise
         except KeyboardInterrupt:
             raise
         except BaseException as error:
-            self.manager.unregister(plugin)
+            self.unregister(plugin)
             raise _Refused(f"registration failed: {_describe_error(error)}") from error
         return _Loaded(source, plugin, api_version, classes, registrar.staged)
 
     def _check_hooks(self, plugin: Any) -> None:
         """What pluggy's ``check_pending`` does, for one plugin, plus wrapper-only hooks."""
-        for caller in self.manager.get_hookcallers(plugin) or []:
+        for caller in self.get_hookcallers(plugin) or []:
             impls = [impl for impl in caller.get_hookimpls() if impl.plugin is plugin]
             if not caller.has_spec():
                 if any(not impl.optionalhook for impl in impls):
@@ -278,7 +294,7 @@ class PluginRegistry:
 
     def _call_own(self, plugin: Any, hook_name: str, **kwargs: Any) -> list[Any]:
         """Call one plugin's implementations of a hook, leaving every other plugin out."""
-        caller = getattr(self.manager.hook, hook_name)
+        caller = getattr(self.hook, hook_name)
         results = []
         for impl in caller.get_hookimpls():
             if impl.plugin is plugin:
@@ -367,7 +383,37 @@ class PluginRegistry:
         for cls in item.backends:
             self._backends[cls.name] = (cls, record)
         self._plugins[source.plugin_id] = item.plugin
+        self._guard_hooks(source.plugin_id, item.plugin)
         return record
+
+    def _guard_hooks(self, plugin_id: str, plugin: Any) -> None:
+        """Wrap each of the plugin's hook implementations (wrappers aside) to attribute and contain it.
+
+        pluggy computed each implementation's argument names when it was registered, and
+        calls ``impl.function(*args)``, so replacing the function keeps its calling
+        convention. Wrappers are left alone: :mod:`aitune_core.plugins.lifecycle` contains
+        them one plugin at a time.
+        """
+        for caller in self.get_hookcallers(plugin) or []:
+            for impl in caller.get_hookimpls():
+                if impl.plugin is plugin and not (impl.wrapper or impl.hookwrapper):
+                    impl.function = self._guarded(plugin_id, caller.name, impl.function)  # type: ignore[misc]
+
+    def _guarded(self, plugin_id: str, hook_name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        registry = self
+
+        @functools.wraps(function)
+        def guarded(*args: Any) -> Any:
+            try:
+                value = function(*args)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:
+                registry.disable(plugin_id, hook_name, error)
+                return None
+            return None if value is None else Attributed(plugin_id, value)
+
+        return guarded
 
     def _availability(self, cls: type[Backend], device: torch.device) -> Availability:
         try:
@@ -440,11 +486,11 @@ class PluginRegistry:
 
     def _prepare_fast_paths(self) -> None:
         """Work out once what per-call paths need, so they cost nothing without plugins."""
-        self.observes_lifecycle = any(getattr(self.manager.hook, name).get_hookimpls() for name in _LIFECYCLE_HOOKS)
+        self.observes_lifecycle = any(getattr(self.hook, name).get_hookimpls() for name in _LIFECYCLE_HOOKS)
         self._key_parts = tuple(
-            (plugin_id, impl.function, bool(impl.argnames))
+            (plugin_id, getattr(impl.function, "__wrapped__", impl.function), bool(impl.argnames))
             for plugin_id, plugin in sorted(self._plugins.items())
-            for impl in self.manager.hook.aitune_graph_key_parts.get_hookimpls()
+            for impl in self.hook.aitune_graph_key_parts.get_hookimpls()
             if impl.plugin is plugin
         )
 
@@ -460,10 +506,6 @@ class PluginRegistry:
             CONTAINERS.unregister(staged.cls)
 
     # ------------------------------------------------------------------ queries
-    @property
-    def hook(self) -> Any:
-        return self.manager.hook
-
     def records(self) -> list[PluginRecord]:
         """Every plugin found: built-in first, then by distribution name."""
         return list(self._records.values())
@@ -491,43 +533,34 @@ class PluginRegistry:
 
     # ------------------------------------------------------------------ calling hooks, plugin by plugin
     def plugin_callers(self, hook_name: str) -> list[tuple[str, pluggy.HookCaller]]:
-        """Each active plugin's own caller of ``hook_name``, in distribution order.
+        """Each active plugin's own caller of ``hook_name``, in distribution order (for wrappers).
 
-        ``manager.hook.<name>(...)`` runs every plugin and stops at the first exception,
-        whoever raised it. A caller per plugin (pluggy's ``subset_hook_caller``, which keeps
-        pluggy's calling convention) tells which plugin failed, so the others can go on.
+        Wrappers are not guarded (see :meth:`_guard_hooks`): run through ``hook.<name>``,
+        one that raises would stop the call, whoever raised. A caller per plugin (pluggy's
+        ``subset_hook_caller``, which keeps pluggy's calling convention) tells which
+        plugin failed, so the others can go on.
         """
-        implementers = {impl.plugin for impl in getattr(self.manager.hook, hook_name).get_hookimpls()}
-        everyone = self.manager.get_plugins()
+        implementers = {impl.plugin for impl in getattr(self.hook, hook_name).get_hookimpls()}
+        everyone = self.get_plugins()
         return [
-            (plugin_id, self.manager.subset_hook_caller(hook_name, everyone - {plugin}))
+            (plugin_id, self.subset_hook_caller(hook_name, everyone - {plugin}))
             for plugin_id, plugin in sorted(self._plugins.items())
             if plugin in implementers
         ]
 
     def each_result(self, hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:
-        """Call a hook plugin by plugin, in distribution order, keeping results that are not None.
+        """Call a hook through pluggy; ``(plugin id, result)`` for every result that is not None.
 
-        A plugin that raises is disabled (:meth:`disable`) and left out, so one faulty
-        plugin cannot break tuning for the others. For a ``firstresult`` hook the first
-        plugin that answers ends the call, as it would in pluggy.
+        pluggy decides the order (``tryfirst``, ``trylast``, then the plugin registered
+        last first) and stops a ``firstresult`` hook at the first answer. A plugin that
+        raises is disabled (:meth:`disable`) and left out, so one faulty plugin cannot
+        break tuning for the others.
         """
-        spec = getattr(self.manager.hook, hook_name).spec
-        firstresult = bool(spec is not None and spec.opts.get("firstresult"))
-        results: list[tuple[str, Any]] = []
-        for plugin_id, caller in self.plugin_callers(hook_name):
-            try:
-                result = caller(**kwargs)
-            except KeyboardInterrupt:
-                raise
-            except BaseException as error:
-                self.disable(plugin_id, hook_name, error)
-                continue
-            if not firstresult:
-                results.extend((plugin_id, item) for item in result)
-            elif result is not None:
-                return [(plugin_id, result)]
-        return results
+        caller = getattr(self.hook, hook_name)
+        outcome = caller(**kwargs)
+        if caller.spec is not None and caller.spec.opts.get("firstresult"):
+            return [] if outcome is None else [_attributed(outcome)]
+        return [_attributed(item) for item in outcome]
 
     def disable(self, plugin_id: str, hook_name: str, error: BaseException) -> None:
         """Take a plugin whose hook raised ``error`` out of every hook, for the rest of the process.
@@ -546,7 +579,7 @@ class PluginRegistry:
                 return  # disabled already, by another module or thread
             # Replaced, never mutated: calls in other threads iterate the old values.
             self._plugins = {key: value for key, value in self._plugins.items() if key != plugin_id}
-            self.manager.unregister(plugin)
+            self.unregister(plugin)
             described = _describe_error(error)
             loaded = self._records[plugin_id]
             record = attrs.evolve(
@@ -601,8 +634,21 @@ class PluginRegistry:
         return sorted(candidates, key=lambda c: (-c.priority, c.name, c.backend.describe()))
 
     def choose_strategy(self, module: Any, device: torch.device | str) -> Any | None:
+        """The first strategy a plugin chooses for ``module``; an answer that is not a strategy is refused, named."""
+        from aitune_core.strategies.base import TuneStrategy
+
         results = self.each_result("aitune_choose_strategy", module=module, device=torch.device(device))
-        return results[0][1] if results else None
+        for plugin_id, strategy in results:
+            if isinstance(strategy, TuneStrategy):
+                return strategy
+            record = self._records.get(plugin_id)
+            self._log.warning(
+                "invalid strategy from a plugin, ignored",
+                distribution=record.distribution if record else plugin_id,
+                returned=repr(strategy)[:200],
+                hint="aitune_choose_strategy must return a TuneStrategy instance (not a class), or None",
+            )
+        return None
 
     def extend_converter(self, converter: Any) -> None:
         self.each_result("aitune_extend_converter", converter=converter)
@@ -634,3 +680,8 @@ class PluginRegistry:
             return tuple(found) if found else None
 
         return key_parts
+
+
+def _attributed(item: Any) -> tuple[str, Any]:
+    """``(plugin id, value)``; a value a wrapper put in place of a guarded one is nobody's."""
+    return (item.plugin_id, item.value) if isinstance(item, Attributed) else ("", item)

@@ -168,7 +168,7 @@ def test_sys_exit_while_registering_fails_that_plugin_only(aitune_fake_dist: Any
     record = record_of(registry, "aitune_fake_exits_late")
     assert record.status is PluginStatus.FAILED
     assert record.reason == "registration failed: SystemExit: no license"
-    assert registry.manager.get_plugin(f"aitune-fake-exits-late:{record.name}") is None
+    assert registry.get_plugin(f"aitune-fake-exits-late:{record.name}") is None
 
 
 def test_strict_mode_turns_sys_exit_into_a_plugin_error(
@@ -368,30 +368,69 @@ def test_raising_hook_is_left_out_and_its_plugin_disabled(
     assert errors(later) == [] and calls == [hook]
 
 
-def test_choose_strategy_stops_at_the_first_answer(aitune_fake_dist: Any, aitune_isolated_plugins: Any) -> None:
-    later = """
-    from aitune_core import hookimpl
+_CHOOSER = """
+from aitune_core import hookimpl, FirstWinsStrategy
 
-    AITUNE_PLUGIN_API = 1
-    ASKED = []
+AITUNE_PLUGIN_API = 1
+ASKED = []
+ANSWER = None
 
 
-    @hookimpl
-    def aitune_choose_strategy(module):
-        ASKED.append(module)
-    """
+@hookimpl({options})
+def aitune_choose_strategy(module):
+    ASKED.append(module)
+    return ANSWER
+"""
+
+
+def test_choose_strategy_stops_at_the_first_answer_in_pluggys_order(
+    aitune_fake_dist: Any, aitune_isolated_plugins: Any
+) -> None:
+    """pluggy asks the plugin registered last first (distribution names sort last), and stops at its answer."""
     aitune_isolated_plugins.load(
-        Path(__file__).parent / "fake_dists" / "good", aitune_fake_dist("aitune-fake-later", later)
+        Path(__file__).parent / "fake_dists" / "good",
+        aitune_fake_dist("aitune-fake-later", _CHOOSER.format(options="")),
     )
     import aitune_fake_good
     import aitune_fake_later
 
-    aitune_fake_good.STRATEGY = marker = object()
+    aitune_fake_later.ANSWER = later = aitune_core.FirstWinsStrategy()
+    aitune_fake_good.STRATEGY = aitune_core.MaxThroughputStrategy()
     try:
-        assert aitune_core.plugins.choose_strategy(object(), "cpu") is marker
+        assert aitune_core.plugins.choose_strategy(object(), "cpu") is later
     finally:
         aitune_fake_good.STRATEGY = None
-    assert aitune_fake_later.ASKED == [], "aitune-fake-good sorts first and answers, so no one else is asked"
+    assert len(aitune_fake_later.ASKED) == 1
+
+
+def test_tryfirst_is_asked_before_the_others(aitune_fake_dist: Any, aitune_isolated_plugins: Any) -> None:
+    """``@hookimpl(tryfirst=True)`` goes first whatever the registration order, as pluggy documents."""
+    aitune_isolated_plugins.load(
+        aitune_fake_dist("aitune-fake-eager-to-answer", _CHOOSER.format(options="tryfirst=True")),
+        aitune_fake_dist("aitune-fake-last", _CHOOSER.format(options="")),
+    )
+    import aitune_fake_eager_to_answer
+    import aitune_fake_last
+
+    aitune_fake_eager_to_answer.ANSWER = first = aitune_core.FirstWinsStrategy()
+    aitune_fake_last.ANSWER = aitune_core.MaxThroughputStrategy()
+    assert aitune_core.plugins.choose_strategy(object(), "cpu") is first
+    assert aitune_fake_last.ASKED == [], "the tryfirst answer ends the call"
+
+
+def test_a_strategy_class_instead_of_an_instance_is_refused_naming_the_plugin(
+    aitune_fake_dist: Any, aitune_isolated_plugins: Any, unique_name: Callable[[str], str]
+) -> None:
+    aitune_isolated_plugins.load(aitune_fake_dist("aitune-fake-class-chooser", _CHOOSER.format(options="")))
+    import aitune_fake_class_chooser
+
+    aitune_fake_class_chooser.ANSWER = aitune_core.FirstWinsStrategy  # the class, a common slip
+    with log.capture() as events:
+        assert aitune_core.plugins.choose_strategy(object(), "cpu") is None
+    (warning,) = [e for e in events if e["event"] == "invalid strategy from a plugin, ignored"]
+    assert warning["distribution"] == "aitune-fake-class-chooser" and "instance" in warning["hint"]
+    module = aitune_core.Module(torch.nn.Linear(4, 2).eval(), unique_name("chooser"))
+    aitune_core.tune(module, [torch.randn(4) for _ in range(4)], batch_sizes=[1, 2])  # the default strategy serves
 
 
 # --------------------------------------------------------------------------- slow imports

@@ -206,7 +206,7 @@ def test_candidates_of_unregistered_classes_are_dropped(aitune_fake_dist: Any, a
 
 def test_choose_strategy_asks_plugins(good: ModuleType) -> None:
     assert aitune_core.plugins.choose_strategy(object(), "cpu") is None
-    good.STRATEGY = marker = object()
+    good.STRATEGY = marker = aitune_core.FirstWinsStrategy()
     assert aitune_core.plugins.choose_strategy(object(), "cpu") is marker
 
 

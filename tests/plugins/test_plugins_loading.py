@@ -71,7 +71,7 @@ def test_error_while_registering_leaves_nothing_behind(load_fakes: Load) -> None
     record = by_name(registry)["register_error"]
     assert record.status is PluginStatus.FAILED
     assert record.reason == "registration failed: RuntimeError: license server unreachable"
-    assert registry.manager.get_plugin("aitune-fake-register-error:register_error") is None
+    assert registry.get_plugin("aitune-fake-register-error:register_error") is None
     assert registry.backend_names() == ["eager"]
 
 
@@ -169,7 +169,7 @@ def test_unknown_hook_fails_that_plugin_only(load_fakes: Load) -> None:
     assert records["unknown_hook"].reason.startswith("unknown hook 'aitune_register_backend'")
     assert "fake_typo" not in registry.backend_names()
     assert records["good"].status is PluginStatus.LOADED
-    registry.manager.check_pending()  # nothing unverified is left registered
+    registry.check_pending()  # nothing unverified is left registered
 
 
 def test_unavailable_plugin_is_listed_with_reason_and_still_registered(load_fakes: Load) -> None:
