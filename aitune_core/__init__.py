@@ -20,6 +20,17 @@ from aitune_core._version import __version__
 # a silent no-op. Binding the instance here, after the submodule is loaded, keeps it.
 from aitune_core.config import config
 
+
+def _load_plugins() -> None:
+    """Load and install the plugins; the layers below reach them only through ``aitune_core.extensions``."""
+    from aitune_core.plugins.manager import current_registry
+
+    current_registry()
+
+
+_extensions = importlib.import_module("aitune_core.extensions")
+_extensions.set_loader(_load_plugins)
+
 _EXPORTS: dict[str, str] = {
     "Availability": "aitune_core.backends",
     "Backend": "aitune_core.backends",

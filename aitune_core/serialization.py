@@ -19,6 +19,8 @@ from cattrs.cols import homogenous_tuple_structure_factory, is_sequence, list_st
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.v import format_exception
 
+from aitune_core.extensions import slots
+
 T = TypeVar("T")
 
 _DTYPES = {str(dtype): dtype for dtype in vars(torch).values() if isinstance(dtype, torch.dtype)}
@@ -98,23 +100,30 @@ def _arrays_only(converter: cattrs.Converter) -> None:
     converter.register_structure_hook_factory(is_array, factory)
 
 
+CODE_ONLY_FIELDS = "__aitune_code_only_fields__"
+"""A class attribute naming fields that code may set but data never carries (``unsafe_options``)."""
+
+
 def _without_unsafe_options(converter: cattrs.Converter) -> None:
     """Backend configs go to data and back without ``unsafe_options``: only code sets it.
 
     Data never carries it, so no checkpoint or shipped config can turn it on, and data
     that does carry it is read as if it did not (``Backend.from_dict`` refuses it outright).
+    Classes name such fields in :data:`CODE_ONLY_FIELDS` (``BackendConfig`` does), so
+    this layer need not know them.
     """
-    from aitune_core.backends.base import BackendConfig
 
-    def is_config(cl: Any) -> bool:
-        return isinstance(cl, type) and issubclass(cl, BackendConfig)
+    def is_marked(cl: Any) -> bool:
+        return isinstance(cl, type) and bool(getattr(cl, CODE_ONLY_FIELDS, ()))
 
-    omit = override(omit=True)
+    def omitted(cl: Any) -> dict[str, Any]:
+        return {name: override(omit=True) for name in getattr(cl, CODE_ONLY_FIELDS)}
+
     converter.register_unstructure_hook_factory(
-        is_config, lambda cl: make_dict_unstructure_fn(cl, converter, unsafe_options=omit)
+        is_marked, lambda cl: make_dict_unstructure_fn(cl, converter, **omitted(cl))
     )
     converter.register_structure_hook_factory(
-        is_config, lambda cl: make_dict_structure_fn(cl, converter, unsafe_options=omit)
+        is_marked, lambda cl: make_dict_structure_fn(cl, converter, **omitted(cl))
     )
 
 
@@ -126,9 +135,7 @@ def converter() -> cattrs.Converter:
     global _converter
     if _converter is None:
         built = make_converter()
-        from aitune_core.plugins.manager import extend_converter
-
-        extend_converter(built)
+        slots().extend_converter(built)
         _converter = built
     return _converter
 

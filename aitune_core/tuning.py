@@ -213,9 +213,9 @@ def _strategy_for(module: Module, default: TuneStrategy | None, device: torch.de
         return module.strategy
     if default is not None:
         return default
-    from aitune_core.plugins import choose_strategy
+    from aitune_core.extensions import slots
 
-    return choose_strategy(module, device) or MaxThroughputStrategy()
+    return slots().choose_strategy(module, device) or MaxThroughputStrategy()
 
 
 def _tune_module(

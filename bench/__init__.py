@@ -23,6 +23,8 @@ SUITES: dict[str, str] = {
     "onnx": "bench.onnx",
     "torchao": "bench.torchao",
     "tuning": "bench.tuning",
+    "selection": "bench.selection",
+    "warm_cache": "bench.warm_cache",
 }
 
 

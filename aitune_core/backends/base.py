@@ -21,6 +21,7 @@ import attrs
 import torch
 
 from aitune_core.backends.state import BackendState, next_state
+from aitune_core.extensions import slots
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.validation.tolerances import Tolerances
@@ -43,6 +44,8 @@ class BackendConfig:
     """
 
     unsafe_options: bool = attrs.field(default=False, kw_only=True, validator=attrs.validators.instance_of(bool))
+    __aitune_code_only_fields__: ClassVar[tuple[str, ...]] = (UNSAFE_FIELD,)
+    """Left out of data both ways by the converter (see ``serialization.CODE_ONLY_FIELDS``)."""
 
 
 @attrs.frozen
@@ -221,9 +224,7 @@ class Backend(abc.ABC):
     # ------------------------------------------------------------------ lifecycle
     def _transition(self, step: str, action: Callable[[], None]) -> None:
         target = next_state(self.describe(), step, self._state)
-        from aitune_core.plugins.lifecycle import run_step
-
-        run_step(step, self, action)
+        slots().run_step(step, self, action)
         self._state = target
 
     def build(self: B, context: BuildContext) -> B:

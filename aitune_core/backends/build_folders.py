@@ -91,7 +91,7 @@ def _tensor_bytes(tensor: torch.Tensor) -> Any:
 
 def build_identity(weights: str, graph: GraphSpec, backend_key: str) -> str:
     """The hash that names the builds of ``backend_key`` for ``graph`` of a module with ``weights``."""
-    from aitune_core.checkpoint.specs import GraphSpecData
+    from aitune_core.graphs.spec_data import GraphSpecData
     from aitune_core.serialization import stable_hash
 
     spec = attrs.asdict(GraphSpecData.of(graph))

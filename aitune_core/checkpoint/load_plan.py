@@ -9,8 +9,6 @@ applied, so a checkpoint that fails any check leaves the model exactly as it was
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from aitune_core.checkpoint.manifest import (
     ModuleEntry,
     parse_manifest,
 )
+from aitune_core.checkpoint.origin import about
 from aitune_core.checkpoint.samples import decode_samples
 from aitune_core.checkpoint.signing import SigningKey, verify_signature
 from aitune_core.graphs.forward_signature import ForwardSignature
@@ -76,26 +75,6 @@ class LoadPlan:
     root: Path
     manifest: Manifest
     modules: list[ModulePlan]
-
-
-@contextlib.contextmanager
-def about(module: str, graph: str = "", backend: str = "") -> Iterator[None]:
-    """Turn any error inside into a CheckpointError that says which module, graph and backend it concerns."""
-    try:
-        yield
-    except CheckpointError as error:
-        raise CheckpointError(f"{_where(module, graph, backend)}: {error}") from error
-    except Exception as error:
-        raise CheckpointError(f"{_where(module, graph, backend)}: {type(error).__name__}: {error}") from error
-
-
-def _where(module: str, graph: str, backend: str) -> str:
-    parts = [f"module `{module}`"]
-    if graph:
-        parts.append(f"graph `{graph}`")
-    if backend:
-        parts.append(f"backend `{backend}`")
-    return ", ".join(parts)
 
 
 def plan_load(
@@ -255,9 +234,11 @@ def check_graph(spec: GraphSpec, samples: list[Sample], signature: ForwardSignat
                 f"its inputs name `{locator.root}`, which is not a parameter of this module's forward "
                 f"({', '.join(sorted(parameters))})"
             )
+    from aitune_core.extensions import slots
     from aitune_core.module.recorder import call_key
     from aitune_core.module.router import Route
-    from aitune_core.plugins.manager import graph_key_parts
+
+    graph_key_parts = slots().graph_key_parts
 
     key_parts = graph_key_parts()
     route = Route(spec, None)
@@ -276,9 +257,10 @@ def check_graph(spec: GraphSpec, samples: list[Sample], signature: ForwardSignat
 
 def _backend_class(entry: BackendEntry) -> type[Backend]:
     """The installed class for the backend, when the distribution that wrote it is the one that registers it."""
-    from aitune_core.checkpoint.save import backend_origin
-    from aitune_core.plugins import get_backend_class
-    from aitune_core.plugins.records import UnknownBackendError
+    from aitune_core.checkpoint.origin import backend_origin
+    from aitune_core.extensions import UnknownBackendError, slots
+
+    get_backend_class = slots().backend_class
 
     try:
         cls = get_backend_class(entry.name)

@@ -16,7 +16,7 @@ import attrs
 import cattrs
 
 from aitune_core.backends.state import BackendState
-from aitune_core.checkpoint.specs import GraphSpecData
+from aitune_core.graphs.spec_data import GraphSpecData
 
 FORMAT_VERSION = 3
 MANIFEST_NAME = "manifest.json"

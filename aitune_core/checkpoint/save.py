@@ -26,7 +26,6 @@ from aitune_core.backends.persistable import NotPersistableError, check_persista
 from aitune_core.checkpoint import staging
 from aitune_core.checkpoint.archive import pack
 from aitune_core.checkpoint.files import add_file, save_tensors
-from aitune_core.checkpoint.load_plan import about
 from aitune_core.checkpoint.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -40,9 +39,10 @@ from aitune_core.checkpoint.manifest import (
     RangeEntry,
     write_manifest,
 )
+from aitune_core.checkpoint.origin import about, backend_origin
 from aitune_core.checkpoint.samples import encode_samples
 from aitune_core.checkpoint.signing import SigningKey, write_signature
-from aitune_core.checkpoint.specs import GraphSpecData
+from aitune_core.graphs.spec_data import GraphSpecData
 from aitune_core.log import get_logger
 from aitune_core.module.wrapper import Module, ModuleState
 
@@ -54,16 +54,6 @@ def tuned_modules(model: nn.Module) -> list[tuple[str, Module]]:
         if isinstance(module, Module) and module.state is ModuleState.TUNED:
             found.append((path, module))
     return found
-
-
-def backend_origin(name: str) -> tuple[str, str]:
-    """The distribution (and its version) whose plugin registered backend ``name``."""
-    from aitune_core.plugins import plugins
-
-    for record in plugins():
-        if name in record.backends:
-            return record.distribution, record.version
-    return "aitune-core", __version__
 
 
 def save(

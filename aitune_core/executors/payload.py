@@ -2,7 +2,7 @@
 
 Per graph (made once, shared by every candidate of the graph):
 
-* the graph spec, as :class:`~aitune_core.checkpoint.specs.GraphSpecData` in JSON, the
+* the graph spec, as :class:`~aitune_core.graphs.spec_data.GraphSpecData` in JSON, the
   way checkpoints store it;
 * the recorded samples, as checkpoints store them: tensors written with ``torch.save``
   and read back with ``weights_only=True``, their structure as JSON;
@@ -39,8 +39,8 @@ import torch
 
 from aitune_core.backends.artifacts import seal_of
 from aitune_core.checkpoint.samples import decode_samples, encode_samples
-from aitune_core.checkpoint.specs import GraphSpecData
 from aitune_core.graphs.forward_signature import ForwardSignature
+from aitune_core.graphs.spec_data import GraphSpecData
 from aitune_core.profiling.measurement import Measurement, ProfileConfig
 from aitune_core.serialization import dtype_from_str
 from aitune_core.validation.tolerances import Tolerance, Tolerances
@@ -174,11 +174,10 @@ def backend_ref(blueprint: Backend) -> dict[str, Any]:
     cls = type(blueprint)
     registered = False
     if cls.name:
-        from aitune_core.plugins import get_backend_class
-        from aitune_core.plugins.records import UnknownBackendError
+        from aitune_core.extensions import UnknownBackendError, slots
 
         try:
-            registered = get_backend_class(cls.name) is cls
+            registered = slots().backend_class(cls.name) is cls
         except UnknownBackendError:
             registered = False
     module = cls.__module__
@@ -201,9 +200,9 @@ def backend_from_ref(ref: dict[str, Any]) -> Backend:
 
     cls: type[Backend]
     if ref.get("name"):
-        from aitune_core.plugins import get_backend_class
+        from aitune_core.extensions import slots
 
-        cls = get_backend_class(ref["name"])
+        cls = slots().backend_class(ref["name"])
     else:
         module, _, qualname = ref["import"].partition(":")
         found: Any = importlib.import_module(module)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+from typing import Any
 
 from aitune_core.executors.base import Executor, ExecutorError
 from aitune_core.log import get_logger
@@ -33,12 +34,17 @@ def _builtin(name: str) -> type[Executor]:
 
 
 def plugin_executors() -> dict[str, type[Executor]]:
-    """Executor classes registered by loaded plugins, by name; invalid and clashing ones are logged and left out."""
-    from aitune_core.plugins.manager import current_registry
+    """Executor classes registered by loaded plugins, by name (see :func:`collect_executors`)."""
+    from aitune_core.extensions import slots
 
+    return slots().executor_classes()
+
+
+def collect_executors(results: list[tuple[str, Any]]) -> dict[str, type[Executor]]:
+    """``(plugin, classes)`` hook results as executors by name; invalid and clashing ones are logged and left out."""
     log = get_logger()
     claims: dict[str, list[tuple[str, type[Executor]]]] = {}
-    for plugin_id, classes in current_registry().each_result("aitune_register_executors"):
+    for plugin_id, classes in results:
         for cls in classes:
             problem = _problem(cls)
             if problem is not None:

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from aitune_core.executors import memory
+import aitune_core.executors.memory as memory
 from aitune_core.executors.base import DEFAULT_TIMEOUT_S
 from aitune_core.executors.child import EXIT_OUT_OF_MEMORY
 from aitune_core.executors.payload import CandidateRecord, GraphPayload, looks_out_of_memory

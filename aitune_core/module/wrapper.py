@@ -139,7 +139,9 @@ class Module(nn.Module):
         own["_inner"] = module
         own["_state"] = ModuleState.RECORDING
         own["_signature"] = ForwardSignature(module.forward)
-        from aitune_core.plugins.manager import graph_key_parts
+        from aitune_core.extensions import slots
+
+        graph_key_parts = slots().graph_key_parts
 
         own["_recorder"] = GraphRecorder(name, own["_signature"], graph_key_parts())
         own["_routes"] = {}

@@ -25,10 +25,8 @@ if TYPE_CHECKING:
 _WRAP = "aitune_wrap_step"
 
 
-def run_step(step: str, backend: Any, action: Callable[[], None]) -> None:
-    from aitune_core.plugins.manager import current_registry
-
-    registry = current_registry()
+def run_step(registry: PluginRegistry, step: str, backend: Any, action: Callable[[], None]) -> None:
+    """What ``extensions.slots().run_step`` runs once ``registry`` is installed."""
     if not registry.observes_lifecycle:
         action()
         return

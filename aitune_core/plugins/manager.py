@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
+import aitune_core.extensions as extensions
+
 if TYPE_CHECKING:
     import torch
 
@@ -69,10 +71,35 @@ def install_registry(registry: PluginRegistry | None) -> PluginRegistry | None:
             if registry is not None:
                 registry.attach()
         _registry = registry
+        extensions.fill(_slots_of(registry) if registry is not None else None)
         serialization: Any = sys.modules.get("aitune_core.serialization")
         if serialization is not None:
             serialization._converter = None
         return previous
+
+
+def _slots_of(registry: PluginRegistry) -> extensions.Slots:
+    """The registry's functions, for the layers below the plugin layer."""
+    from functools import partial
+
+    from aitune_core.plugins.lifecycle import run_step
+
+    return extensions.Slots(
+        run_step=partial(run_step, registry),
+        extend_converter=registry.extend_converter,
+        graph_key_parts=registry.graph_key_parts,
+        default_candidates=registry.default_candidates,
+        executor_classes=partial(_executor_classes, registry),
+        backend_class=registry.backend_class,
+        backend_origin=registry.backend_origin,
+        choose_strategy=registry.choose_strategy,
+    )
+
+
+def _executor_classes(registry: PluginRegistry) -> dict[str, type]:
+    from aitune_core.executors.registry import collect_executors
+
+    return collect_executors(registry.each_result("aitune_register_executors"))
 
 
 def reset_plugins() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from aitune_core.backends.base import Availability, Backend
+from aitune_core.extensions import UnknownBackendError
 from aitune_core.metadata.containers import Children, ContainerType, StepKind
 from aitune_core.plugins.api import DEFAULT_PRIORITY
 
@@ -132,8 +133,4 @@ class PluginError(RuntimeError):
         )
 
 
-class UnknownBackendError(LookupError):
-    """No loaded plugin registers a backend under the name asked for."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
+__all__ = ["UnknownBackendError"]  # defined below the plugin layer, which raises it too

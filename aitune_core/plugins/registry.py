@@ -38,10 +38,10 @@ import attrs
 import pluggy
 import torch
 
+import aitune_core.plugins.hookspecs as hookspecs
 from aitune_core.backends.base import Availability, Backend, BackendConfig
 from aitune_core.log import get_logger
 from aitune_core.metadata.containers import CONTAINERS
-from aitune_core.plugins import hookspecs
 from aitune_core.plugins.api import (
     API_ATTRIBUTE,
     MIN_SUPPORTED_PLUGIN_API,
@@ -515,6 +515,11 @@ class PluginRegistry(pluggy.PluginManager):
 
     def backend_classes(self) -> dict[str, type[Backend]]:
         return {name: cls for name, (cls, _) in sorted(self._backends.items())}
+
+    def backend_origin(self, name: str) -> tuple[str, str] | None:
+        """The distribution and version that registered backend ``name``, or None."""
+        entry = self._backends.get(name)
+        return (entry[1].distribution, entry[1].version) if entry is not None else None
 
     def backend_plugin(self, name: str) -> PluginRecord:
         """The plugin that registered backend ``name``."""

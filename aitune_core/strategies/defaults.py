@@ -23,11 +23,11 @@ def default_backends(device: torch.device, allow_lossy: bool | None = None) -> l
     a candidate that cannot run here keeps that reason, since opting in would not help.
     """
     from aitune_core.config import config
-    from aitune_core.plugins import default_candidates
+    from aitune_core.extensions import slots
 
     allowed = config.allow_lossy if allow_lossy is None else allow_lossy
     offered = []
-    for candidate in default_candidates(device):
+    for candidate in slots().default_candidates(torch.device(device)):
         availability = candidate.availability or candidate.backend.availability(device)
         if availability.available and not allowed and candidate.backend.lossy:
             availability = Availability.no(LOSSY_REASON)

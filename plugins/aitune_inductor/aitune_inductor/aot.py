@@ -96,7 +96,7 @@ class TorchInductorAotBackend(Backend):
     def _build(self, context: BuildContext) -> None:
         import torch._inductor
 
-        config: TorchInductorAotBackendConfig = self.config  # type: ignore[assignment]
+        config: TorchInductorAotBackendConfig = self.config
         calls = build_calls(context)
         started = time.perf_counter()
         try:
@@ -136,7 +136,7 @@ class TorchInductorAotBackend(Backend):
         }
 
     def _export(self, context: BuildContext, example: dict[str, Any]) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-        config: TorchInductorAotBackendConfig = self.config  # type: ignore[assignment]
+        config: TorchInductorAotBackendConfig = self.config
         example = {name: contiguous(value) for name, value in example.items()}
         args, kwargs = context.signature.bind(example)
         with torch.no_grad():

@@ -31,6 +31,7 @@ from aitune_inductor.compile_watch import CompileWatch
 from aitune_inductor.config_checks import check_allowed_options, check_mode, check_options, options_dict
 from aitune_inductor.dims import below_range, mark_dynamic, ranged_axes, reaches_size_one
 from aitune_inductor.size_one import size_oblivious, size_oblivious_available
+from aitune_inductor.vec_isa import checked_once
 
 
 @attrs.frozen
@@ -95,7 +96,7 @@ class TorchInductorJitBackend(Backend):
     @property
     def lossy(self) -> bool:
         """Autocast computes in a narrower dtype than the module's own."""
-        return bool(self.config.autocast_enabled)  # type: ignore[attr-defined]
+        return bool(self.config.autocast_enabled)
 
     @classmethod
     def availability(cls, device: torch.device | str) -> Availability:
@@ -107,13 +108,13 @@ class TorchInductorJitBackend(Backend):
     # ------------------------------------------------------------------ building
     def resolved_dynamic(self, context: BuildContext) -> bool | None:
         """``dynamic`` as given, or derived: None (marked axes only) when the graph has ranged axes, else False."""
-        config: TorchInductorJitBackendConfig = self.config  # type: ignore[assignment]
+        config: TorchInductorJitBackendConfig = self.config
         if config.dynamic is not None:
             return config.dynamic
         return None if ranged_axes(context.graph_spec) else False
 
     def _compile_kwargs(self, context: BuildContext) -> dict[str, Any]:
-        config: TorchInductorJitBackendConfig = self.config  # type: ignore[assignment]
+        config: TorchInductorJitBackendConfig = self.config
         kwargs: dict[str, Any] = {
             "backend": "inductor",
             "fullgraph": config.fullgraph,
@@ -167,6 +168,10 @@ class TorchInductorJitBackend(Backend):
             self._compiled = torch.compile(context.module, **self._compile_kwargs(context))
             return _WarmUp([])
         calls = [arguments for _, arguments in build_calls(context)]
+        with checked_once(context.device):
+            return self._warm_up_all(context, calls)
+
+    def _warm_up_all(self, context: BuildContext, calls: list[dict[str, Any]]) -> _WarmUp:
         size_one = ""
         if self._shares_size_one(context):
             marked: list[str] = []
@@ -182,7 +187,7 @@ class TorchInductorJitBackend(Backend):
         return _WarmUp(marked, bounds_dropped, size_one)
 
     def _size_one_outcome(self) -> str:
-        """"shared", or why the build still compiled more than one graph (a guard torch keeps)."""
+        """What became of size 1: "shared", or the guard that still made torch compile another graph."""
         assert self._watch is not None
         reasons = self._watch.recompile_reasons()
         if not self._watch.report()["recompiles"]:
@@ -213,7 +218,7 @@ class TorchInductorJitBackend(Backend):
     def _size_one_tolerances(self) -> Tolerances:
         """How close to eager the shared graph must be at size 1: as validation's defaults, or
         under autocast as the dtype it computes in (a size-1 mistake is far larger)."""
-        config: TorchInductorJitBackendConfig = self.config  # type: ignore[assignment]
+        config: TorchInductorJitBackendConfig = self.config
         if not config.autocast_enabled:
             return self.default_tolerances()
         tolerance = DEFAULT_TOLERANCES.get(config.autocast_dtype, DEFAULT_TOLERANCES[torch.bfloat16])
@@ -275,7 +280,7 @@ class TorchInductorJitBackend(Backend):
     # ------------------------------------------------------------------ inference
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         compiled = self._compiled
-        config: TorchInductorJitBackendConfig = self.config  # type: ignore[assignment]
+        config: TorchInductorJitBackendConfig = self.config
         if torch.is_grad_enabled():
             # Dynamo guards on grad mode: calls with and without grad would compile twice.
             with torch.no_grad():
@@ -291,7 +296,7 @@ class TorchInductorJitBackend(Backend):
         return cast_outputs(outputs, self.context.graph_spec.output_spec)
 
     def inference_callable(self) -> Any:
-        config: TorchInductorJitBackendConfig = self.config  # type: ignore[assignment]
+        config: TorchInductorJitBackendConfig = self.config
         if self._compiled is not None and not config.autocast_enabled:
             return self._compiled
         return self._infer

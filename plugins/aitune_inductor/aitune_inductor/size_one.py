@@ -35,5 +35,5 @@ def size_oblivious() -> Iterator[None]:
     """Trace with backed sizes that may be 1 without a guard that they are not."""
     from torch.fx.experimental import _config
 
-    with _config.patch(backed_size_oblivious=True):
+    with _config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
         yield

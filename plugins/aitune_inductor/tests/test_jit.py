@@ -39,17 +39,25 @@ def test_matches_eager_at_shape(
         torch.testing.assert_close(built(*args, **kwargs), mlp_context.module(*args, **kwargs))
 
 
-def test_batch_sizes_from_one_build_one_graph(helpers: Any, tmp_path: Any) -> None:
-    """Batch 1 is special to Dynamo (0/1 specialisation); it must still share the one graph.
+class Widening(torch.nn.Module):
+    """A graph no other test compiles: a cached compile of the same graph with a range from 2
+    would bring its guard back (see aitune_inductor.size_one)."""
 
-    The model is one no other test compiles: a cached compile of the same graph with a
-    range from 2 would bring its guard back (see aitune_inductor.size_one).
-    """
-    model = torch.nn.Sequential(torch.nn.Linear(8, 24), torch.nn.GELU(), torch.nn.Linear(24, 4))
-    context = helpers.record(model, lambda b: (torch.randn(b, 8),), (1, 2, 4, 8), tmp_path)
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(8, 24)
+        self.down = torch.nn.Linear(24, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+def test_batch_sizes_from_one_build_one_graph(helpers: Any, tmp_path: Any) -> None:
+    """Batch 1 is special to Dynamo (0/1 specialisation); it must still share the one graph."""
+    context = helpers.record(Widening(), lambda b: (torch.randn(b, 8),), (1, 2, 4, 8), tmp_path)
     backend = TorchInductorJitBackend().build(context)
     info = backend.build_info
-    assert info["marked_dynamic"] == ["input[0] in [1, 8]"]
+    assert info["marked_dynamic"] == ["x[0] in [1, 8]"]
     assert info["size_one"] == "shared", info
     assert info["graphs"] == 1, info
     assert info["recompiles"] == 0, info

@@ -14,9 +14,7 @@ eager before they reach the backend.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,8 @@ from aitune_core.backends.base import Availability, Backend, BuildContext
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_onnx.config import ONNXRuntimeBackendConfig
-from aitune_onnx.export import ExportedModel, data_file_name, export_graph
+from aitune_onnx.export import ExportedModel, data_file_name
+from aitune_onnx.export_cache import export_into, link_or_copy
 from aitune_onnx.layout import IOLayout, LayoutNotSerializable, layout_from_context
 from aitune_onnx.session import PROVIDER_DEVICES, OrtRunner, default_provider, provider_availability
 
@@ -71,7 +70,7 @@ class ONNXRuntimeBackend(Backend):
     name = "onnxruntime"
     config_class = ONNXRuntimeBackendConfig
     supported_devices = ("cpu", "cuda")
-    availability = _ConfiguredAvailability()  # type: ignore[assignment]
+    availability = _ConfiguredAvailability()
     config: ONNXRuntimeBackendConfig
 
     def __init__(self, config: ONNXRuntimeBackendConfig | None = None, **overrides: Any) -> None:
@@ -129,27 +128,17 @@ class ONNXRuntimeBackend(Backend):
         availability = self.availability(context.device)
         if not availability.available:
             raise RuntimeError(f"{self.describe()} cannot run on {context.device}: {availability.reason}")
-        context.cache_dir.mkdir(parents=True, exist_ok=True)
-        # Exported under a unique folder and moved into place, so that a backend already
-        # loaded from the same cache folder never sees half a file.
-        building = context.cache_dir / f"building-{uuid.uuid4().hex}"
-        try:
-            exported = export_graph(
-                context.module,
-                context.graph_spec,
-                context.samples,
-                context.signature,
-                building / MODEL_FILE,
-                config.export_config(),
-                device=context.device,
-            )
-            for path in exported.files:
-                os.replace(path, context.cache_dir / path.name)
-        finally:
-            shutil.rmtree(building, ignore_errors=True)
-        exported.path = context.cache_dir / MODEL_FILE
-        if exported.external_data is not None:
-            exported.external_data = context.cache_dir / exported.external_data.name
+        # Candidates that differ in provider or session options share one export (see export_cache).
+        exported = export_into(
+            context.cache_dir,
+            context.module,
+            context.graph_spec,
+            context.samples,
+            context.signature,
+            config.export_config(),
+            context.device,
+            MODEL_FILE,
+        )
         self._exported = exported
         self._layout = exported.layout
         self._model_path = exported.path
@@ -208,7 +197,7 @@ class ONNXRuntimeBackend(Backend):
             target = folder / name
             if target.resolve().parent != folder.resolve():
                 raise ValueError(f"{self.describe()}: {name!r} does not stay inside the private folder {folder}")
-            _link_or_copy(source, target)
+            link_or_copy(source, target)
         return folder / MODEL_FILE
 
     def _new_scratch(self) -> Path:
@@ -354,14 +343,3 @@ def check_layout_fits_graph(owner: str, layout: IOLayout, graph: GraphSpec) -> N
             f"{owner}: the stored input layout reads {sorted(found)}, but graph {graph.name} takes tensors at "
             f"{sorted(expected)}; export the model again, or restore the checkpoint's manifest"
         )
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    """Hard-link ``source`` at ``target``, or copy it across file systems; ``target`` must not exist yet."""
-    try:
-        os.link(source, target)
-    except FileExistsError:
-        raise
-    except OSError:
-        with source.open("rb") as reading, target.open("xb") as writing:
-            shutil.copyfileobj(reading, writing)

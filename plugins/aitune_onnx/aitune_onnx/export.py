@@ -92,6 +92,8 @@ class ExportedModel:
     unused_inputs: inputs the exporter left out because the model never reads them.
     data_dependent_outputs: outputs whose size is not tied to the input sizes.
     shape_inference: ``"ok"``, or why ONNX shape inference could not run.
+    reused_from: the export cache entry the files were taken from, when no export ran
+        (see :mod:`aitune_onnx.export_cache`).
     """
 
     path: Path
@@ -105,6 +107,7 @@ class ExportedModel:
     data_dependent_outputs: list[str] = attrs.field(factory=list)
     shape_inference: str = "ok"
     duration_s: float = 0.0
+    reused_from: Path | None = None
 
     @property
     def input_names(self) -> dict[str, str]:
@@ -139,6 +142,8 @@ class ExportedModel:
             info["unused_inputs"] = ", ".join(self.unused_inputs)
         if self.data_dependent_outputs:
             info["data_dependent_outputs"] = ", ".join(self.data_dependent_outputs)
+        if self.reused_from is not None:
+            info["export_reused"] = str(self.reused_from)
         return info
 
 
@@ -207,19 +212,8 @@ def export_graph(
     the result fails ``onnx.checker``.
     """
     config = config or ExportConfig()
-    if not samples:
-        raise ValueError(f"graph {graph_spec.name} has no recorded sample to export with")
     path = Path(path)
-    device = torch.device(device) if device is not None else _module_device(module)
-    arguments = to_device(graph_spec.input_spec.make_shape(samples[0].arguments, "opt"), device)
-    args, kwargs = signature.bind(arguments)
-    with torch.no_grad():
-        outputs = module(*args, **kwargs)
-    layout = IOLayout.of_call(arguments, outputs, signature)
-    recorded = [locator.display_path for locator in graph_spec.output_spec.locators]
-    found = [locator.display_path for locator in layout.outputs]
-    if recorded and recorded != found:
-        raise ExportError(f"the module returned tensors at {found}, but the graph recorded {recorded}")
+    arguments, layout = example_call(module, graph_spec, samples, signature, device)
     adapter = FlatModule(module, layout, arguments, signature)
     tensors = tuple(layout.flatten(arguments))
 
@@ -258,6 +252,33 @@ def export_graph(
     if failures:
         exported.fallback_reason = failures[0][1]
     return exported
+
+
+def example_call(
+    module: torch.nn.Module,
+    graph_spec: GraphSpec,
+    samples: Sequence[Sample],
+    signature: ForwardSignature,
+    device: torch.device | str | None = None,
+) -> tuple[dict[str, Any], IOLayout]:
+    """The call an export traces, on ``device``, and the layout of what the module returns for it.
+
+    The module runs once in eager mode: the layout comes from its outputs, which must be
+    the tensors the graph recorded.
+    """
+    if not samples:
+        raise ValueError(f"graph {graph_spec.name} has no recorded sample to export with")
+    device = torch.device(device) if device is not None else _module_device(module)
+    arguments = to_device(graph_spec.input_spec.make_shape(samples[0].arguments, "opt"), device)
+    args, kwargs = signature.bind(arguments)
+    with torch.no_grad():
+        outputs = module(*args, **kwargs)
+    layout = IOLayout.of_call(arguments, outputs, signature)
+    recorded = [locator.display_path for locator in graph_spec.output_spec.locators]
+    found = [locator.display_path for locator in layout.outputs]
+    if recorded and recorded != found:
+        raise ExportError(f"the module returned tensors at {found}, but the graph recorded {recorded}")
+    return arguments, layout
 
 
 def _module_device(module: torch.nn.Module) -> torch.device:

@@ -17,7 +17,6 @@ without TensorRT.
 from __future__ import annotations
 
 import os
-import shutil
 import time
 import uuid
 from pathlib import Path
@@ -31,7 +30,8 @@ from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_core.metadata.locator import Locator
 from aitune_core.serialization import dtype_from_str
 from aitune_core.validation.tolerances import Tolerances
-from aitune_onnx.export import ExportedModel, export_graph
+from aitune_onnx.export import ExportedModel
+from aitune_onnx.export_cache import export_into
 from aitune_onnx.layout import IOLayout, LayoutNotSerializable, layout_from_context
 from aitune_trt.availability import tensorrt_availability
 from aitune_trt.config import TensorRTBackendConfig
@@ -174,31 +174,25 @@ class TensorRTBackend(Backend):
         }
 
     def _export(self, context: BuildContext, precision: PrecisionPlan) -> ExportedModel:
-        """Export to ``model.onnx`` in the cache folder, under a unique name first, then moved into place."""
+        """``model.onnx`` in the build's folder: exported, or shared with candidates that export the same
+        (ONNX Runtime ones, other TensorRT configs without a cast; see :mod:`aitune_onnx.export_cache`)."""
         module = context.module
+        variant = ""
         if precision.export_dtype is not None:
             dtypes = {locator: spec.dtype for locator, spec in context.graph_spec.output_spec.tensor_data}
             module = CastModule(module, precision.export_dtype, dtypes)
-        context.cache_dir.mkdir(parents=True, exist_ok=True)
-        building = context.cache_dir / f"building-{uuid.uuid4().hex}"
-        try:
-            exported = export_graph(
-                module,
-                context.graph_spec,
-                context.samples,
-                context.signature,
-                building / MODEL_FILE,
-                self.config.export_config(),
-                device=context.device,
-            )
-            for path in exported.files:
-                os.replace(path, context.cache_dir / path.name)
-        finally:
-            shutil.rmtree(building, ignore_errors=True)
-        exported.path = context.cache_dir / MODEL_FILE
-        if exported.external_data is not None:
-            exported.external_data = context.cache_dir / exported.external_data.name
-        return exported
+            variant = f"cast to {precision.export_dtype}"
+        return export_into(
+            context.cache_dir,
+            module,
+            context.graph_spec,
+            context.samples,
+            context.signature,
+            self.config.export_config(),
+            context.device,
+            MODEL_FILE,
+            variant=variant,
+        )
 
     # ------------------------------------------------------------------ loading
     def _load(self) -> None:

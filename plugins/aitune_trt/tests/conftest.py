@@ -16,9 +16,9 @@ import torch
 
 from aitune_core.backends.base import BuildContext
 from aitune_core.config import config
-from aitune_core.testing.timing import steady_timer
 from aitune_core.context import BATCH_SIZE_KEY, global_context
 from aitune_core.module.wrapper import Module
+from aitune_core.testing.timing import steady_timer
 from aitune_trt.testing import OrtTensorRTBackend
 
 _names = itertools.count()

@@ -1,0 +1,87 @@
+"""The slots the plugin layer fills, so that the layers below it never import it.
+
+Backends run their lifecycle steps, the converter learns plugin types, modules add
+plugin key parts, strategies ask for default candidates: each through a slot here.
+Installing a plugin registry (:func:`aitune_core.plugins.manager.install_registry`)
+fills the slots with its own functions; until then they hold plain defaults (a step
+just runs, nothing is added).
+
+Plugins load on first use: the first time a slot is read, the loader that the
+``aitune_core`` package set (:func:`set_loader`) loads and installs the registry.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import attrs
+
+KeyParts = Callable[[dict[str, Any]], Hashable | None]
+
+
+class UnknownBackendError(LookupError):
+    """No loaded plugin registers a backend under the name asked for."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def _run(step: str, backend: Any, action: Callable[[], None]) -> None:
+    action()
+
+
+def _unknown(name: str) -> type:
+    raise UnknownBackendError(f"unknown backend {name!r}: no plugin registry is installed")
+
+
+@attrs.define
+class Slots:
+    """What the plugin layer provides to the layers below it; the defaults stand for "no plugins"."""
+
+    run_step: Callable[[str, Any, Callable[[], None]], None] = _run
+    """Runs a backend lifecycle step with the plugins' observers and wrappers around it."""
+    extend_converter: Callable[[Any], None] = lambda converter: None
+    """Lets plugins teach a fresh cattrs converter their types."""
+    graph_key_parts: Callable[[], KeyParts | None] = lambda: None
+    """The plugins' part of every call's graph key, or None."""
+    default_candidates: Callable[[Any], list[Any]] = lambda device: []
+    """The backends plugins propose for a device (``plugins.records.Candidate``)."""
+    executor_classes: Callable[[], dict[str, type]] = dict
+    """Executor classes registered by plugins, by name."""
+    backend_class: Callable[[str], type] = _unknown
+    """The backend class registered under a name; raises :class:`UnknownBackendError`."""
+    backend_origin: Callable[[str], tuple[str, str] | None] = lambda name: None
+    """The distribution and version that registered a backend name, or None for the core."""
+    choose_strategy: Callable[[Any, Any], Any | None] = lambda module, device: None
+    """A plugin's strategy for a module whose user chose none."""
+
+
+_slots = Slots()
+_filled = False
+_loader: Callable[[], None] | None = None
+_lock = threading.RLock()
+
+
+def slots() -> Slots:
+    """The current slots, loading the plugins the first time (see the module docstring)."""
+    if not _filled and _loader is not None:
+        with _lock:
+            if not _filled:
+                _loader()
+    return _slots
+
+
+def fill(filled: Slots | None) -> None:
+    """Install ``filled`` (a registry's functions); None puts the defaults back and loads again on next use."""
+    global _slots, _filled
+    with _lock:
+        _slots = filled if filled is not None else Slots()
+        _filled = filled is not None
+
+
+def set_loader(loader: Callable[[], None]) -> None:
+    """What loads and installs the plugins on first use: set once, by the ``aitune_core`` package."""
+    global _loader
+    _loader = loader
