@@ -102,7 +102,8 @@ def _would_run(manifest: Manifest) -> list[str]:
 def _served(graph: GraphEntry) -> list[tuple[str, Any]]:
     """``(batch range, backend entry or None for eager)`` for each range of the graph, lowest first."""
     found: list[tuple[str, Any]] = []
-    low = 1
+    batch_range = graph.spec.graph_spec().batch_range if graph.lower else None
+    low = batch_range[0] if batch_range else 1
     for stored in graph.lower:
         found.append((f"batch {low}-{stored.up_to}" if low != stored.up_to else f"batch {low}", stored.backend))
         low = stored.up_to + 1

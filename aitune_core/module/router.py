@@ -133,6 +133,8 @@ class Route:
         """``(first, last, backend)`` for each batch range within ``low..high``; None is eager."""
         found, start = [], low
         for up_to, backend in self.lower:
+            if start > high:
+                break
             if up_to >= start:
                 found.append((start, min(up_to, high), backend))
                 start = up_to + 1

@@ -7,10 +7,13 @@ calls under the same conditions, and a speedup is computed over the same rounds 
 :mod:`aitune_core.profiling.stats`).
 
 Rounds go on until every variant's speedup over the reference is decided against the
-gate (after ``min_rounds`` and ``min_time_s``), or the time budget ``max_time_s`` is
-spent; what is still undecided then is reported as such, with the spread that kept it
-so. Rounds in which one variant was far slower than usual are outliers and are left
-out for every variant, so that one GC pause cannot decide.
+gate, or the time budget ``max_time_s`` is spent; what is still undecided then is
+reported as such, with the spread that kept it so. The verdict is looked at only after
+``min_rounds`` (at least 7, and ``min_time_s``), then at twice and four times as many
+rounds, and an early stop needs 98% confidence: stopping at the first look that happens to agree
+would find differences that are not there. Rounds in which one variant was far slower
+than usual are outliers and are left out for every variant, so that one GC pause
+cannot decide.
 """
 
 from __future__ import annotations
@@ -23,13 +26,16 @@ from typing import Any
 import attrs
 
 from aitune_core.profiling.measurement import Measurement, ProfileConfig
-from aitune_core.profiling.stats import Speedup, outlier_rounds, paired_speedup, spread
+from aitune_core.profiling.stats import Speedup, outlier_rounds, paired_speedup, rounds_for_an_interval, spread
 from aitune_core.profiling.timer import EAGER, Timer
 from aitune_core.validation.inputs import CallInputs
 
 MAX_ROUNDS = 400
-MIN_ROUNDS = 3
-"""Fewer rounds give no interval at all, whatever the time budget says."""
+EARLY_STOP_CONFIDENCE = 0.98
+"""Looking at the verdict after many rounds and stopping at the first decided one would
+call differences that are not there; an early stop needs this confidence, and is
+looked at only after min_rounds (at least the 7 rounds this confidence needs), twice
+that, four times that, and so on."""
 
 
 @attrs.define
@@ -92,6 +98,8 @@ def compare(
         timer.warm(variant.name, variant.fn, call, config.warmup_iterations)
     per_round = _calls_per_round(variants, call, batch_size, config, timer)
     judged = [name for name in (deciding if deciding is not None else names) if name != reference]
+    least = rounds_for_an_interval(config.confidence)  # the budget never stops short of a verdict
+    first_look = max(config.min_rounds, rounds_for_an_interval(EARLY_STOP_CONFIDENCE))
     rounds: dict[str, list[float]] = {name: [] for name in names}
     calls: dict[str, list[list[float]]] = {name: [] for name in names}
     spent = 0.0
@@ -102,12 +110,21 @@ def compare(
             calls[variant.name].append(timed)
             rounds[variant.name].append(statistics.median(timed))
             spent += sum(timed)
-        if spent >= config.max_time_s and index + 1 >= MIN_ROUNDS:
+        if spent >= config.max_time_s and index + 1 >= least:
             break
         enough = index + 1 >= config.min_rounds and spent >= config.min_time_s
-        if enough and _decided(_kept(rounds, calls, reference, batch_size, config), judged, gate):
-            break
+        if enough and _looks_now(index + 1, first_look):
+            early = attrs.evolve(config, confidence=max(config.confidence, EARLY_STOP_CONFIDENCE))
+            if _decided(_kept(rounds, calls, reference, batch_size, early), judged, gate):
+                break
     return _kept(rounds, calls, reference, batch_size, config)
+
+
+def _looks_now(rounds: int, first: int) -> bool:
+    look = max(first, 1)
+    while look < rounds:
+        look *= 2
+    return look == rounds
 
 
 def _calls_per_round(
@@ -135,7 +152,7 @@ def _kept(
             severity[index] = max(severity.get(index, 0.0), values[index] / typical if typical > 0 else math.inf)
     # Outliers are the exception: at most a quarter of the rounds go, the worst first.
     worst = sorted(severity, key=lambda index: -severity[index])
-    dropped = set(worst[: max(0, min(count // 4, count - MIN_ROUNDS))])
+    dropped = set(worst[: max(0, min(count // 4, count - rounds_for_an_interval(config.confidence)))])
     keep = [i for i in range(count) if i not in dropped]
     return BatchComparison(
         batch_size=batch_size,
@@ -148,6 +165,4 @@ def _kept(
 
 
 def _decided(comparison: BatchComparison, judged: list[str], gate: float) -> bool:
-    if comparison.round_count < MIN_ROUNDS:
-        return False
     return all(comparison.speedup(name).verdict(gate) != "undecided" for name in judged)

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import torch
 
 from aitune_core.profiling.measurement import Measurement, ProfileConfig, measure
@@ -54,6 +55,9 @@ def search_max_batch(
 ) -> tuple[int, list[Measurement]]:
     """Find the batch size past which throughput stops growing (see module docstring)."""
     deadline = time.perf_counter() + config.max_batch_search_time_s
+    # A step only has to show whether throughput still grows by ``saturation``: a short,
+    # steady median is enough; the comparisons later measure the chosen size properly.
+    step = attrs.evolve(config, warmup_iterations=1, min_time_s=config.min_time_s / 2, max_time_s=config.max_time_s / 3)
     memory = available_memory_bytes(device)
     measurements: list[Measurement] = []
     best_batch = start
@@ -65,7 +69,7 @@ def search_max_batch(
             log.info("max batch search stopped", reason="memory guard", batch_size=batch)
             break
         try:
-            result = measure(fn, call, config, batch, timer)
+            result = measure(fn, call, step, batch, timer)
         except torch.OutOfMemoryError:
             log.info("max batch search stopped", reason="out of memory", batch_size=batch)
             break

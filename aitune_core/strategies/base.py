@@ -43,7 +43,7 @@ from aitune_core.strategies.candidates import (  # noqa: F401 - the errors are r
     failure_reason,
 )
 from aitune_core.strategies.defaults import skipped_as_lossy
-from aitune_core.strategies.ranking import Allowed, Ranking, Segment, lost_reason, merge, plan, rank
+from aitune_core.strategies.ranking import Allowed, Ranking, Segment, lost_reason, merge, plan, rank, winner_at
 from aitune_core.validation.tolerances import Tolerances
 
 DEFAULT_PERFORMANCE_GATE = 1.01
@@ -98,6 +98,7 @@ class TuneStrategy(abc.ABC):
         self.lower: list[tuple[int, Backend | None]] = []
         """The batch ranges below the returned backend's, for the route: ``(up_to, backend or None for eager)``."""
         self.eager_serves: list[tuple[int | None, int | None]] = []
+        self._uncapped: dict[int | None, CandidateResult | None] = {}
         """The batch ranges of :attr:`lower` that the original module serves, for the report."""
         self.correctness_check = True
         self.performance_validation = True
@@ -395,6 +396,7 @@ class TuneStrategy(abc.ABC):
                 self.discard(result)
             return None
         contenders = [r for r in live if not _never_wins(r)]
+        self._uncapped = {size: winner_at(ranking, size, contenders, live, allowed) for size in ranking.sizes}
         segments = plan(ranking, contenders, live, self.max_backends, session.batch_range(), allowed)
         eager_row = next((r for r in live if _never_wins(r)), None)
         if eager_row is not None:  # eager was a candidate too: its row serves eager's ranges
@@ -414,7 +416,7 @@ class TuneStrategy(abc.ABC):
         """``(status, reason)`` of a live candidate that serves no batch range; strategies may say more."""
         if _never_wins(result):
             return "passed", "eager itself: where it would serve, the original module serves"
-        return lost_reason(ranking, result, self.performance_gate)
+        return lost_reason(ranking, result, self.performance_gate, self._uncapped, self.max_backends)
 
     def _make_live(self, result: CandidateResult) -> bool:
         """Restore a candidate that was built elsewhere, so that it is timed here with the others."""

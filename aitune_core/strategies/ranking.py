@@ -188,9 +188,25 @@ def _gain(ranking: Ranking, result: CandidateResult, winners: dict[int | None, C
     return sum(math.log(ranking.speedup(result, size).median) for size, w in winners.items() if w is result)
 
 
-def lost_reason(ranking: Ranking, result: CandidateResult, gate: float) -> tuple[Status, str]:
-    """``(status, reason)`` of a candidate that serves no range: rejected at the gate, or outrun."""
+def lost_reason(
+    ranking: Ranking,
+    result: CandidateResult,
+    gate: float,
+    uncapped: dict[int | None, CandidateResult | None] | None = None,
+    max_backends: int = 0,
+) -> tuple[Status, str]:
+    """``(status, reason)`` of a candidate that serves no range: rejected at the gate, outrun, or capped.
+
+    uncapped: the winner at each size before ``max_backends`` was applied.
+    """
+    uncapped = uncapped or {}
     verdicts = {size: ranking.verdict(result, size) for size in ranking.sizes}
+    won = [_samples(ranking, size) for size in ranking.sizes if uncapped.get(size) is result]
+    if won:
+        return "passed", (
+            f"fastest at batch {', '.join(map(str, won))}, but only {max_backends} backend"
+            f"{'s' if max_backends != 1 else ''} per graph are kept (max_backends): those that gain most"
+        )
     if any(v == "faster" for v in verdicts.values()):
         return "passed", "others were faster at every batch size where it beat eager"
     size = max(ranking.sizes, key=lambda s: s or 0)
