@@ -7,7 +7,6 @@ made it rather than deep inside a tuning run.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -69,7 +68,9 @@ def _executor_choice(_instance: Any, attribute: attrs.Attribute[Any], value: Any
 
     if isinstance(value, Executor):
         return
-    if not isinstance(value, str) or not re.fullmatch(r"[a-z][a-z0-9_.-]*", value):
+    from aitune_core.names import is_valid_name
+
+    if not is_valid_name(value):
         raise ValueError(
             f"config.{attribute.name} must be an executor name such as 'inprocess', 'subprocess' or 'ray', "
             f"or an Executor instance, got {value!r}"

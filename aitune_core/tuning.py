@@ -34,6 +34,7 @@ from aitune_core.guard import ModuleGuard, TrainingModes, refusing_training
 from aitune_core.log import get_logger
 from aitune_core.module.router import Route
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module
+from aitune_core.names import default_device
 from aitune_core.reporting.console import emit_block
 from aitune_core.reporting.summary import GraphReport, TuneReport
 from aitune_core.strategies.base import TuneStrategy
@@ -42,10 +43,6 @@ from aitune_core.strategies.max_throughput import MaxThroughputStrategy
 
 class TuningError(RuntimeError):
     """Tuning could not produce what was asked (see ``config.on_all_candidates_failed``)."""
-
-
-def default_device() -> torch.device:
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
 def tune(

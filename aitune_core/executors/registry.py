@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import re
 from typing import Any
 
 from aitune_core.executors.base import Executor, ExecutorError
 from aitune_core.log import get_logger
-
-_NAME = re.compile(r"[a-z][a-z0-9_.-]*")
+from aitune_core.names import is_valid_name
 
 BUILTIN_EXECUTORS: dict[str, str] = {
     "inprocess": "aitune_core.executors.inprocess:InProcessExecutor",
@@ -66,7 +64,7 @@ def collect_executors(results: list[tuple[str, Any]]) -> dict[str, type[Executor
 def _problem(cls: object) -> str | None:
     if not (isinstance(cls, type) and issubclass(cls, Executor)):
         return f"aitune_register_executors returned {cls!r}, which is not an Executor subclass"
-    if not isinstance(cls.name, str) or not _NAME.fullmatch(cls.name):
+    if not is_valid_name(cls.name):
         return f"{cls.__qualname__}.name must be a lowercase name such as 'my_cluster', got {cls.name!r}"
     if inspect.isabstract(cls):
         return f"{cls.__qualname__} is abstract (missing {', '.join(sorted(cls.__abstractmethods__))})"

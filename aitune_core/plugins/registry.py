@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import re
 import threading
 import time
 import traceback
@@ -42,6 +41,7 @@ import aitune_core.plugins.hookspecs as hookspecs
 from aitune_core.backends.base import Availability, Backend, BackendConfig
 from aitune_core.log import get_logger
 from aitune_core.metadata.containers import CONTAINERS
+from aitune_core.names import NAME_RULE, default_device, is_valid_name
 from aitune_core.plugins.api import (
     API_ATTRIBUTE,
     MIN_SUPPORTED_PLUGIN_API,
@@ -59,7 +59,6 @@ from aitune_core.plugins.records import (
     UnknownBackendError,
 )
 
-_BACKEND_NAME = re.compile(r"[a-z][a-z0-9_.-]*")
 _LIFECYCLE_HOOKS = ("aitune_before_step", "aitune_wrap_step", "aitune_after_step")
 _KEY_PARTS_HOOK = "aitune_graph_key_parts"
 
@@ -85,11 +84,6 @@ class _Loaded:
     api_version: int
     backends: list[type[Backend]]
     containers: list[StagedContainer]
-
-
-def default_device() -> torch.device:
-    """The device availability is judged on for ``aitune plugins``."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _describe_error(error: BaseException, limit: int = 400) -> str:
@@ -132,9 +126,9 @@ def _check_backend_class(cls: Any) -> str:
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise _Refused(f"aitune_register_backends returned {cls!r}, which is not a Backend subclass")
     name = cls.name
-    if not isinstance(name, str) or not _BACKEND_NAME.fullmatch(name):
+    if not is_valid_name(name):
         raise _Refused(
-            f"{cls.__qualname__}.name must be a lowercase name such as 'my_backend' ([a-z][a-z0-9_.-]*), got {name!r}"
+            f"{cls.__qualname__}.name must be a lowercase name such as 'my_backend' ({NAME_RULE}), got {name!r}"
         )
     config_class = cls.config_class
     if not (isinstance(config_class, type) and issubclass(config_class, BackendConfig) and attrs.has(config_class)):

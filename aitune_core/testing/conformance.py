@@ -44,9 +44,9 @@ from aitune_core.backends.persistable import NotPersistableError, check_artifact
 from aitune_core.backends.state import TRANSITIONS, BackendState, IllegalStateTransitionError
 from aitune_core.context import BATCH_SIZE_KEY, global_context
 from aitune_core.guard import ModuleChangedError, ModuleGuard
-from aitune_core.metadata.locator import Locator, map_leaves
 from aitune_core.metadata.sample_metadata import ShapeChoice
 from aitune_core.module.wrapper import Module
+from aitune_core.validation.inputs import to_device
 
 STEPS = ("build", "activate", "deactivate", "deploy")
 ILLEGAL = [(state, step) for state in BackendState for step in STEPS if state not in TRANSITIONS[step]]
@@ -67,10 +67,6 @@ class ConformanceRun:
     @property
     def context(self) -> BuildContext:
         return self.contexts[0]
-
-
-def _to_device(value: Any, device: torch.device) -> Any:
-    return map_leaves(value, Locator(None), lambda _, leaf: leaf.to(device) if isinstance(leaf, torch.Tensor) else leaf)
 
 
 def _call(function: Any, inputs: Any) -> Any:
@@ -177,7 +173,7 @@ class BackendConformance:
             for batch_size in self.batch_sizes:
                 with global_context:
                     global_context.set(BATCH_SIZE_KEY, batch_size)
-                    _call(wrapped, _to_device(self.make_inputs(batch_size), device))
+                    _call(wrapped, to_device(self.make_inputs(batch_size), device))
         contexts = [
             BuildContext(
                 module=model,
@@ -233,7 +229,7 @@ class BackendConformance:
             if backend.context is not None and backend.context.graph_spec is not context.graph_spec:
                 continue
             sample = context.samples[0]
-            inputs = _to_device(context.graph_spec.input_spec.make_shape(sample.arguments, which), run.device)
+            inputs = to_device(context.graph_spec.input_spec.make_shape(sample.arguments, which), run.device)
             args, kwargs = context.signature.bind(inputs)
             with torch.no_grad():
                 expected = run.model(*args, **kwargs)
@@ -244,7 +240,7 @@ class BackendConformance:
 
     def call_once(self, run: ConformanceRun, backend: Backend) -> None:
         """Call ``backend`` on the first graph's first recorded sample."""
-        args, kwargs = run.context.signature.bind(_to_device(run.context.samples[0].arguments, run.device))
+        args, kwargs = run.context.signature.bind(to_device(run.context.samples[0].arguments, run.device))
         with torch.no_grad():
             backend(*args, **kwargs)
 
