@@ -81,7 +81,7 @@ def run_plugins(args: argparse.Namespace) -> int:
 
 
 def _candidate_device(device: str | None) -> str:
-    from aitune_core.plugins.registry import default_device
+    from aitune_core.names import default_device
 
     return str(default_device() if device is None else device)
 
