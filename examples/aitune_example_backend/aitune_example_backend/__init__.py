@@ -10,9 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from aitune_core import hookimpl
-from aitune_core.backends import Backend
-from aitune_core.plugins import DEFAULT_PRIORITY, Candidate
+from aitune_core.plugin_api import DEFAULT_PRIORITY, Backend, Candidate, hookimpl
 from aitune_example_backend.backend import FxFuseBackend, FxFuseConfig
 
 AITUNE_PLUGIN_API = 1

@@ -19,7 +19,7 @@ import torch
 import torch.fx
 from torch.fx.experimental.optimization import fuse
 
-from aitune_core.backends import Backend, BackendConfig, BuildContext
+from aitune_core.plugin_api import Backend, BackendConfig, BuildContext
 
 
 @attrs.frozen

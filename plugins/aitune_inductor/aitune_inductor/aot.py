@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 import torch
 
-from aitune_core.backends.base import Availability, Backend, BackendConfig, BuildContext
+from aitune_core.plugin_api import Availability, Backend, BackendConfig, BuildContext
 from aitune_inductor.availability import inductor_availability
 from aitune_inductor.call_layout import CallLayout
 from aitune_inductor.calls import build_calls

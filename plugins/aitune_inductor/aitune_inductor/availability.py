@@ -21,7 +21,7 @@ import sys
 
 import torch
 
-from aitune_core.backends.base import Availability
+from aitune_core.plugin_api import Availability
 
 
 def _default_cxx() -> tuple[str | None, ...]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from aitune_core.graphs.forward_signature import ForwardSignature
+from aitune_core.plugin_api import ForwardSignature
 
 _NAMED = (
     inspect.Parameter.POSITIONAL_ONLY,

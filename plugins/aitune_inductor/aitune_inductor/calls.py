@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aitune_core.backends.base import BuildContext
-from aitune_core.validation.inputs import to_device
+from aitune_core.plugin_api import BuildContext, to_device
 
 
 def _shapes(arguments: dict[str, Any], context: BuildContext) -> tuple[tuple[int, ...], ...]:

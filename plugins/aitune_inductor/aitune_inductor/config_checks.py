@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from aitune_core.backends.safe_options import AllowList, BoolRule, ChoiceRule, IntRule, OptionRule, allowed_options
+from aitune_core.plugin_api import AllowList, BoolRule, ChoiceRule, IntRule, OptionRule, allowed_options
 
 _SCALARS = (str, int, float, bool)
 

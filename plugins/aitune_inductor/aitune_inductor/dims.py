@@ -13,8 +13,7 @@ from typing import Any
 import attrs
 import torch
 
-from aitune_core.graphs.graph_spec import GraphSpec
-from aitune_core.metadata.locator import Locator
+from aitune_core.plugin_api import GraphSpec, Locator
 
 # torch.compile specialises sizes 0 and 1 whatever it is told ("the zero-one
 # specialization problem" in the dynamic shapes docs), and mark_dynamic refuses a
@@ -176,8 +175,7 @@ def _distinct_size(low: int, high: int) -> int:
 
 def export_example(arguments: dict[str, Any], graph: GraphSpec) -> dict[str, Any]:
     """The recorded call resized so that every batch and dynamic axis has a distinct example size."""
-    from aitune_core.metadata.locator import Locator, map_leaves
-    from aitune_core.metadata.resize import resize
+    from aitune_core.plugin_api import Locator, map_leaves, resize
 
     batch_range = graph.batch_range
     batch = _distinct_size(*batch_range) if batch_range is not None else None

@@ -19,12 +19,20 @@ from typing import Any
 import attrs
 import torch
 
-from aitune_core.backends.autocast import autocast, cast_outputs
-from aitune_core.backends.base import Availability, Backend, BackendConfig, BuildContext
-from aitune_core.backends.eager import floating_dtype
-from aitune_core.metadata.locator import Locator, map_leaves
-from aitune_core.validation.compare import compare_outputs
-from aitune_core.validation.tolerances import DEFAULT_TOLERANCES, Tolerances
+from aitune_core.plugin_api import (
+    DEFAULT_TOLERANCES,
+    Availability,
+    Backend,
+    BackendConfig,
+    BuildContext,
+    Locator,
+    Tolerances,
+    autocast,
+    cast_outputs,
+    compare_outputs,
+    floating_dtype,
+    map_leaves,
+)
 from aitune_inductor.availability import inductor_availability
 from aitune_inductor.calls import build_calls
 from aitune_inductor.compile_watch import CompileWatch

@@ -81,7 +81,7 @@ def _recorded_answer(cpu_vec_isa: Any) -> bool:
 def _record_path(flags: list[str]) -> Path:
     from torch._inductor.cpp_builder import get_cpp_compiler
 
-    from aitune_core.config import config
+    from aitune_core.plugin_api import config
 
     compiler = get_cpp_compiler()
     resolved = shutil.which(compiler) or compiler

@@ -21,9 +21,7 @@ from typing import Any
 
 import torch
 
-from aitune_core.backends.base import Availability, Backend, BuildContext
-from aitune_core.graphs.forward_signature import ForwardSignature
-from aitune_core.graphs.graph_spec import GraphSpec
+from aitune_core.plugin_api import Availability, Backend, BuildContext, ForwardSignature, GraphSpec
 from aitune_onnx.config import ONNXRuntimeBackendConfig
 from aitune_onnx.export import ExportedModel, data_file_name
 from aitune_onnx.export_cache import export_into, link_or_copy

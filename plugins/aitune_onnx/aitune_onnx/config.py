@@ -11,8 +11,7 @@ from typing import Any
 
 import attrs
 
-from aitune_core.backends.base import BackendConfig
-from aitune_core.backends.safe_options import allowed_options
+from aitune_core.plugin_api import BackendConfig, allowed_options
 from aitune_onnx.export import EXPORTERS, EXTERNAL_DATA, ExportConfig
 from aitune_onnx.provider_options import provider_allow_list
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from aitune_core.graphs.graph_spec import GraphSpec
+from aitune_core.plugin_api import GraphSpec
 from aitune_onnx.layout import IOLayout
 
 if TYPE_CHECKING:

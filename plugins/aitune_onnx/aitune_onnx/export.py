@@ -32,9 +32,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import torch
 
-from aitune_core.graphs.forward_signature import ForwardSignature
-from aitune_core.graphs.graph_spec import GraphSpec, Sample
-from aitune_core.validation.inputs import to_device
+from aitune_core.plugin_api import ForwardSignature, GraphSpec, Sample, to_device
 from aitune_onnx import dims
 from aitune_onnx.layout import IOLayout
 

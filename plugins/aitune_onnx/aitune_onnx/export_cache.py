@@ -37,10 +37,7 @@ from typing import Any
 
 import torch
 
-from aitune_core.backends.build_folders import BUILDS
-from aitune_core.graphs.forward_signature import ForwardSignature
-from aitune_core.graphs.graph_spec import GraphSpec, Sample
-from aitune_core.log import get_logger
+from aitune_core.plugin_api import BUILDS, ForwardSignature, GraphSpec, Sample, get_logger
 from aitune_onnx.export import ExportConfig, ExportedModel, data_file_name, example_call, export_graph
 from aitune_onnx.export_key import KEY_FORMAT, export_key
 from aitune_onnx.layout import IOLayout
@@ -99,7 +96,7 @@ def exports_root(build_folder: Path) -> Path:
     folder = build_folder.expanduser().absolute()
     if folder.parent.parent.name == BUILDS:
         return folder.parent.parent.parent / EXPORTS
-    from aitune_core.config import config
+    from aitune_core.plugin_api import config
 
     return config.cache_dir.expanduser().absolute() / EXPORTS
 

@@ -32,10 +32,15 @@ from typing import Any
 import attrs
 import torch
 
-from aitune_core.backends.build_folders import build_identity, weights_fingerprint
-from aitune_core.graphs.graph_spec import GraphSpec, Sample
-from aitune_core.metadata.locator import Locator, map_leaves
-from aitune_core.serialization import stable_hash
+from aitune_core.plugin_api import (
+    GraphSpec,
+    Locator,
+    Sample,
+    build_identity,
+    map_leaves,
+    stable_hash,
+    weights_fingerprint,
+)
 from aitune_onnx.export import ExportConfig
 
 KEY_FORMAT = 1

@@ -29,10 +29,15 @@ from typing import Any
 import attrs
 import torch
 
-from aitune_core.backends.base import BuildContext
-from aitune_core.graphs.forward_signature import ForwardSignature
-from aitune_core.metadata.locator import Locator, map_leaves, walk_inputs, walk_outputs
-from aitune_core.validation.inputs import to_device
+from aitune_core.plugin_api import (
+    BuildContext,
+    ForwardSignature,
+    Locator,
+    map_leaves,
+    to_device,
+    walk_inputs,
+    walk_outputs,
+)
 from aitune_onnx.names import io_names
 
 _SCALARS = (type(None), bool, int, float, str)

@@ -11,8 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from aitune_core.backends.base import Backend
-from aitune_core.plugins import DEFAULT_PRIORITY, PLUGIN_API_VERSION, Candidate, hookimpl
+from aitune_core.plugin_api import DEFAULT_PRIORITY, PLUGIN_API_VERSION, Backend, Candidate, hookimpl
 from aitune_onnx.backend import ONNXRuntimeBackend
 from aitune_onnx.session import provider_availability
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aitune_core.backends.safe_options import AllowList, BoolRule, ChoiceRule, IntRule, OptionRule
+from aitune_core.plugin_api import AllowList, BoolRule, ChoiceRule, IntRule, OptionRule
 
 _ON = BoolRule()
 _DEVICE = IntRule(0, 1023)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from aitune_core.backends.base import Availability
+from aitune_core.plugin_api import Availability
 from aitune_onnx.config import ONNXRuntimeBackendConfig
 
 if TYPE_CHECKING:

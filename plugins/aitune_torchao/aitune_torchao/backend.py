@@ -27,8 +27,7 @@ from typing import Any
 
 import torch
 
-from aitune_core.backends.base import Availability, Backend, BuildContext
-from aitune_core.validation.tolerances import DEFAULT_TOLERANCES, Tolerance, Tolerances
+from aitune_core.plugin_api import DEFAULT_TOLERANCES, Availability, Backend, BuildContext, Tolerance, Tolerances
 from aitune_torchao.config import TorchAOBackendConfig, render_ao_config
 from aitune_torchao.filters import ModuleFilter
 from aitune_torchao.presets import get_preset
@@ -234,8 +233,7 @@ class TorchAOBackend(Backend):
         Running them here also compiles (with ``compile``), so a compile failure is a
         build failure rather than a validation one.
         """
-        from aitune_core.validation.compare import compare_outputs
-        from aitune_core.validation.inputs import as_call
+        from aitune_core.plugin_api import as_call, compare_outputs
 
         assert self._runner is not None
         abs_error = rel_error = 0.0

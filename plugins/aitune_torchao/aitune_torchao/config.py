@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from aitune_core.backends.base import BackendConfig
+from aitune_core.plugin_api import BackendConfig
 from aitune_torchao.filters import ModuleFilter
 from aitune_torchao.presets import DEFAULT_PRESET, get_preset
 

@@ -18,8 +18,7 @@ from collections.abc import Sequence
 
 import torch
 
-from aitune_core.backends.base import Backend
-from aitune_core.plugins import DEFAULT_PRIORITY, PLUGIN_API_VERSION, Candidate, hookimpl
+from aitune_core.plugin_api import DEFAULT_PRIORITY, PLUGIN_API_VERSION, Backend, Candidate, hookimpl
 from aitune_torchao.backend import TorchAOBackend
 from aitune_torchao.presets import PRESETS
 

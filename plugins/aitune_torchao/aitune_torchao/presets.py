@@ -27,7 +27,7 @@ from typing import Any
 import attrs
 import torch
 
-from aitune_core.backends.base import Availability
+from aitune_core.plugin_api import Availability
 
 
 def _int8wo() -> Any:

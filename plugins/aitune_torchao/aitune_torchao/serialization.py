@@ -44,7 +44,7 @@ def load_state(path: Path, map_location: torch.device | str | None = None) -> di
     """Read a state dict written by :func:`save_state` with ``weights_only=True``."""
     import torchao  # noqa: F401  (registers torchao's tensor subclasses as safe globals)
 
-    from aitune_core import CheckpointError
+    from aitune_core.plugin_api import CheckpointError
 
     allowed = _allowed_globals(path)
     try:
@@ -61,7 +61,7 @@ def load_state(path: Path, map_location: torch.device | str | None = None) -> di
 
 def _allowed_globals(path: Path) -> list[Any]:
     """The globals ``path`` names beyond those already allowed, if each is a torchao data type."""
-    from aitune_core import CheckpointError
+    from aitune_core.plugin_api import CheckpointError
 
     try:
         names = torch.serialization.get_unsafe_globals_in_checkpoint(path)

@@ -13,7 +13,7 @@ import importlib.util
 
 import torch
 
-from aitune_core.backends.base import Availability
+from aitune_core.plugin_api import Availability
 
 INSTALL_HINT = "pip install 'aitune-trt[tensorrt]', or the tensorrt-cu12/-cu13 wheel matching your CUDA"
 EXPORT_MODULES = ("onnx", "onnxscript")

@@ -24,12 +24,16 @@ from typing import Any
 
 import torch
 
-from aitune_core.backends.base import Availability, Backend, BuildContext
-from aitune_core.graphs.forward_signature import ForwardSignature
-from aitune_core.graphs.graph_spec import GraphSpec
-from aitune_core.metadata.locator import Locator
-from aitune_core.serialization import dtype_from_str
-from aitune_core.validation.tolerances import Tolerances
+from aitune_core.plugin_api import (
+    Availability,
+    Backend,
+    BuildContext,
+    ForwardSignature,
+    GraphSpec,
+    Locator,
+    Tolerances,
+    dtype_from_str,
+)
 from aitune_onnx.export import ExportedModel
 from aitune_onnx.export_cache import export_into
 from aitune_onnx.layout import IOLayout, LayoutNotSerializable, layout_from_context

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from aitune_core.backends.base import BackendConfig
+from aitune_core.plugin_api import BackendConfig
 from aitune_onnx.export import EXPORTERS, EXTERNAL_DATA, ExportConfig
 from aitune_trt.precision import PRECISIONS
 from aitune_trt.profiles import PROFILE_SOURCES, ShapeRange

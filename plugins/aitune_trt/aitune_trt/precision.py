@@ -27,8 +27,7 @@ import attrs
 import torch
 import torch.utils._pytree as pytree
 
-from aitune_core.metadata.locator import Locator, map_leaves
-from aitune_core.validation.tolerances import Tolerances
+from aitune_core.plugin_api import Locator, Tolerances, map_leaves
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}

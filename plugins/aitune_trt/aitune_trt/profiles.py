@@ -33,8 +33,7 @@ from typing import Any
 import attrs
 import cattrs
 
-from aitune_core.graphs.graph_spec import GraphSpec, Sample
-from aitune_core.metadata.tensor_spec import TensorSpec
+from aitune_core.plugin_api import GraphSpec, Sample, TensorSpec
 from aitune_onnx.names import unique_names
 
 PROFILE_SOURCES = ("graph", "samples", "config")

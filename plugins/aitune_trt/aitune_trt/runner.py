@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import torch
 
-from aitune_core.graphs.forward_signature import ForwardSignature
+from aitune_core.plugin_api import ForwardSignature
 from aitune_onnx.layout import IOLayout
 from aitune_trt.profiles import ProfileSelector, TensorRTProfile
 

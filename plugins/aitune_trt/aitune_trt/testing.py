@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from aitune_core.backends.base import Availability
+from aitune_core.plugin_api import Availability
 from aitune_trt.backend import TensorRTBackend
 from aitune_trt.options import BuildOptions, BuildResult
 from aitune_trt.precision import Capabilities

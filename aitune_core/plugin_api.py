@@ -1,0 +1,140 @@
+"""Everything a backend plugin needs from aitune-core, in one stable place.
+
+Plugins import from here (and test with :mod:`aitune_core.testing`) instead of from
+the core's internal modules, which may move between releases; what is listed here
+keeps its name and meaning within a plugin API version (``PLUGIN_API_VERSION``).
+Names are imported on first access, so importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, str] = {
+    "Availability": "aitune_core.backends.base",
+    "Backend": "aitune_core.backends.base",
+    "BackendConfig": "aitune_core.backends.base",
+    "BuildContext": "aitune_core.backends.base",
+    "BackendState": "aitune_core.backends.state",
+    "hookimpl": "aitune_core.plugins.api",
+    "PLUGIN_API_VERSION": "aitune_core.plugins.api",
+    "DEFAULT_PRIORITY": "aitune_core.plugins.api",
+    "BASELINE_PRIORITY": "aitune_core.plugins.api",
+    "Candidate": "aitune_core.plugins.records",
+    "ContainerRegistrar": "aitune_core.plugins.records",
+    "ForwardSignature": "aitune_core.graphs.forward_signature",
+    "GraphSpec": "aitune_core.graphs.graph_spec",
+    "Sample": "aitune_core.graphs.graph_spec",
+    "TensorSpec": "aitune_core.metadata.tensor_spec",
+    "Locator": "aitune_core.metadata.locator",
+    "map_leaves": "aitune_core.metadata.locator",
+    "walk_inputs": "aitune_core.metadata.locator",
+    "walk_outputs": "aitune_core.metadata.locator",
+    "resize": "aitune_core.metadata.resize",
+    "to_device": "aitune_core.validation.inputs",
+    "as_call": "aitune_core.validation.inputs",
+    "Tolerance": "aitune_core.validation.tolerances",
+    "Tolerances": "aitune_core.validation.tolerances",
+    "DEFAULT_TOLERANCES": "aitune_core.validation.tolerances",
+    "compare_outputs": "aitune_core.validation.compare",
+    "AllowList": "aitune_core.backends.safe_options",
+    "BoolRule": "aitune_core.backends.safe_options",
+    "ChoiceRule": "aitune_core.backends.safe_options",
+    "IntRule": "aitune_core.backends.safe_options",
+    "OptionRule": "aitune_core.backends.safe_options",
+    "allowed_options": "aitune_core.backends.safe_options",
+    "autocast": "aitune_core.backends.autocast",
+    "cast_outputs": "aitune_core.backends.autocast",
+    "floating_dtype": "aitune_core.backends.eager",
+    "build_identity": "aitune_core.backends.build_folders",
+    "weights_fingerprint": "aitune_core.backends.build_folders",
+    "BUILDS": "aitune_core.backends.build_folders",
+    "stable_hash": "aitune_core.serialization",
+    "dtype_from_str": "aitune_core.serialization",
+    "CheckpointError": "aitune_core.checkpoint.manifest",
+    "config": "aitune_core.config",
+    "get_logger": "aitune_core.log",
+}
+
+__all__ = [
+    "BASELINE_PRIORITY",
+    "BUILDS",
+    "DEFAULT_PRIORITY",
+    "DEFAULT_TOLERANCES",
+    "PLUGIN_API_VERSION",
+    "AllowList",
+    "Availability",
+    "Backend",
+    "BackendConfig",
+    "BackendState",
+    "BoolRule",
+    "BuildContext",
+    "Candidate",
+    "CheckpointError",
+    "ChoiceRule",
+    "ContainerRegistrar",
+    "ForwardSignature",
+    "GraphSpec",
+    "IntRule",
+    "Locator",
+    "OptionRule",
+    "Sample",
+    "TensorSpec",
+    "Tolerance",
+    "Tolerances",
+    "allowed_options",
+    "as_call",
+    "autocast",
+    "build_identity",
+    "cast_outputs",
+    "compare_outputs",
+    "config",
+    "dtype_from_str",
+    "floating_dtype",
+    "get_logger",
+    "hookimpl",
+    "map_leaves",
+    "resize",
+    "stable_hash",
+    "to_device",
+    "walk_inputs",
+    "walk_outputs",
+    "weights_fingerprint",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"aitune_core.plugin_api has no {name!r}; it offers {', '.join(__all__)}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:
+    from aitune_core.backends.autocast import autocast, cast_outputs
+    from aitune_core.backends.base import Availability, Backend, BackendConfig, BuildContext
+    from aitune_core.backends.build_folders import BUILDS, build_identity, weights_fingerprint
+    from aitune_core.backends.eager import floating_dtype
+    from aitune_core.backends.safe_options import AllowList, BoolRule, ChoiceRule, IntRule, OptionRule, allowed_options
+    from aitune_core.backends.state import BackendState
+    from aitune_core.checkpoint.manifest import CheckpointError
+    from aitune_core.config import config
+    from aitune_core.graphs.forward_signature import ForwardSignature
+    from aitune_core.graphs.graph_spec import GraphSpec, Sample
+    from aitune_core.log import get_logger
+    from aitune_core.metadata.locator import Locator, map_leaves, walk_inputs, walk_outputs
+    from aitune_core.metadata.resize import resize
+    from aitune_core.metadata.tensor_spec import TensorSpec
+    from aitune_core.plugins.api import BASELINE_PRIORITY, DEFAULT_PRIORITY, PLUGIN_API_VERSION, hookimpl
+    from aitune_core.plugins.records import Candidate, ContainerRegistrar
+    from aitune_core.serialization import dtype_from_str, stable_hash
+    from aitune_core.validation.compare import compare_outputs
+    from aitune_core.validation.inputs import as_call, to_device
+    from aitune_core.validation.tolerances import DEFAULT_TOLERANCES, Tolerance, Tolerances
