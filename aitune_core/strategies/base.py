@@ -1,8 +1,10 @@
 """TuneStrategy: how a graph's backend is chosen.
 
 A strategy receives the graph, its recorded samples and the candidates (blueprints),
-and returns one built, ACTIVE backend. Subclasses implement ``_tune`` and may extend
-``_pre_tune``/``_post_tune``. The shared steps (build a copy, validate against eager,
+and returns one built, ACTIVE backend. Subclasses implement ``_tune(session)`` and may
+extend ``_pre_tune(session)``/``_post_tune(session)``; the session
+(:class:`~aitune_core.strategies.candidates.GraphSession`) holds the module, the
+graph, its samples, the device and the log. The shared steps (build a copy, validate against eager,
 then compare with eager at every serving batch size and route each range to its
 winner) live in :meth:`TuneStrategy.evaluate` and :meth:`TuneStrategy.route_by_batch`,
 so custom strategies get the same checks and the same summary rows for free.
@@ -190,9 +192,9 @@ class TuneStrategy(abc.ABC):
         self.executor = executor
         start = time.perf_counter()
         try:
-            self._pre_tune(module, name, graph_spec, data, device, cache_dir)
-            backend = self._tune(module, name, graph_spec, data, device, cache_dir)
-            self._post_tune(module, name, graph_spec, data, device, cache_dir)
+            self._pre_tune(self.session)
+            backend = self._tune(self.session)
+            self._post_tune(self.session)
         finally:
             executor.end_graph(self.session)
             if own_guard:
@@ -202,39 +204,19 @@ class TuneStrategy(abc.ABC):
         )
         return backend
 
-    def _pre_tune(
-        self,
-        module: torch.nn.Module,
-        name: str,
-        graph_spec: GraphSpec,
-        data: list[Sample],
-        device: torch.device,
-        cache_dir: Path,
-    ) -> None:
+    def _pre_tune(self, session: GraphSession) -> None:
         """Runs before :meth:`_tune`; extend to prepare shared state."""
 
-    def _post_tune(
-        self,
-        module: torch.nn.Module,
-        name: str,
-        graph_spec: GraphSpec,
-        data: list[Sample],
-        device: torch.device,
-        cache_dir: Path,
-    ) -> None:
+    def _post_tune(self, session: GraphSession) -> None:
         """Runs after :meth:`_tune`; extend to clean up or report."""
 
     @abc.abstractmethod
-    def _tune(
-        self,
-        module: torch.nn.Module,
-        name: str,
-        graph_spec: GraphSpec,
-        data: list[Sample],
-        device: torch.device,
-        cache_dir: Path,
-    ) -> Backend:
-        """Return the tuned, ACTIVE backend for this graph; copy blueprints, never build them."""
+    def _tune(self, session: GraphSession) -> Backend:
+        """Return the tuned, ACTIVE backend for ``session``'s graph; copy blueprints, never build them.
+
+        ``session`` holds the module, the graph, its samples, the device and the log;
+        :meth:`evaluate_all` then :meth:`route_by_batch` is the usual body.
+        """
 
     def _timer(self) -> Timer:
         from aitune_core.config import config

@@ -9,29 +9,17 @@ that are thrown away.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import torch
-
 from aitune_core.backends.base import Backend
-from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.strategies.base import TuneStrategy
+from aitune_core.strategies.candidates import GraphSession
 
 
 class FirstWinsStrategy(TuneStrategy):
     name = "First Wins Strategy"
     description = "try backends in order, return the first that builds, validates and beats eager"
 
-    def _tune(
-        self,
-        module: torch.nn.Module,
-        name: str,
-        graph_spec: GraphSpec,
-        data: list[Sample],
-        device: torch.device,
-        cache_dir: Path,
-    ) -> Backend:
-        for blueprint in self.candidates(device):
+    def _tune(self, session: GraphSession) -> Backend:
+        for blueprint in self.candidates(session.device):
             result = self.evaluate(blueprint)
             planned = self.plan_routes([result], self.serving_sizes())
             if planned is not None and any(segment.winner is result for segment in planned[0]):

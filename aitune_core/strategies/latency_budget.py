@@ -7,16 +7,12 @@ rejected with its best latency as the reason. Eager serves where nothing faster 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import torch
-
 from aitune_core.backends.base import Backend
-from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.profiling.measurement import Measurement
 from aitune_core.strategies.base import TuneStrategy
-from aitune_core.strategies.candidates import CandidateResult, Status
+from aitune_core.strategies.candidates import CandidateResult, GraphSession, Status
 from aitune_core.strategies.ranking import Ranking
 
 
@@ -41,14 +37,6 @@ class LatencyBudgetStrategy(TuneStrategy):
         result.stage = "latency budget"
         return "rejected", f"p90 latency {fastest:.3f} ms at best, over the {self.budget_ms:g} ms budget"
 
-    def _tune(
-        self,
-        module: torch.nn.Module,
-        name: str,
-        graph_spec: GraphSpec,
-        data: list[Sample],
-        device: torch.device,
-        cache_dir: Path,
-    ) -> Backend:
-        results = list(self.evaluate_all(self.candidates(device)))
+    def _tune(self, session: GraphSession) -> Backend:
+        results = list(self.evaluate_all(self.candidates(session.device)))
         return self.route_by_batch(results, self.serving_sizes(), allowed=self._fits)

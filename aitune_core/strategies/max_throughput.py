@@ -9,14 +9,11 @@ are built, validated and routed for it too.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import torch
-
 from aitune_core.backends.base import Backend
-from aitune_core.graphs.graph_spec import GraphSpec, Sample
+from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_core.profiling.sweep import search_max_batch
 from aitune_core.strategies.base import TuneStrategy
+from aitune_core.strategies.candidates import GraphSession
 
 
 def widen_batch_range(graph: GraphSpec, max_batch: int) -> None:
@@ -34,43 +31,25 @@ class MaxThroughputStrategy(TuneStrategy):
 
     max_batch_size: int | None = None
 
-    def _pre_tune(
-        self,
-        module: torch.nn.Module,
-        name: str,
-        graph_spec: GraphSpec,
-        data: list[Sample],
-        device: torch.device,
-        cache_dir: Path,
-    ) -> None:
-        assert self.session is not None
-        session = self.session
+    def _pre_tune(self, session: GraphSession) -> None:
         batch = session.batch_range()
         self.max_batch_size = batch[1] if batch else None
         if batch is None or not self.profile_config.max_batch_search:
             return
         best, measurements = search_max_batch(
-            module,
+            session.module,
             lambda size: session.call_at(size)[0],
             batch[1],
-            device,
+            session.device,
             self.profile_config,
             session.log,
             session.timer,
         )
         session.log.info("max batch size estimated", max_batch_size=best, tried=[m.batch_size for m in measurements])
         if best > batch[1]:
-            widen_batch_range(graph_spec, best)
+            widen_batch_range(session.graph, best)
         self.max_batch_size = best
 
-    def _tune(
-        self,
-        module: torch.nn.Module,
-        name: str,
-        graph_spec: GraphSpec,
-        data: list[Sample],
-        device: torch.device,
-        cache_dir: Path,
-    ) -> Backend:
-        results = list(self.evaluate_all(self.candidates(device)))
+    def _tune(self, session: GraphSession) -> Backend:
+        results = list(self.evaluate_all(self.candidates(session.device)))
         return self.route_by_batch(results, self.serving_sizes(self.max_batch_size))

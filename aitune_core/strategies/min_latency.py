@@ -7,13 +7,9 @@ latency is judged at the sizes the user's calls come in.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import torch
-
 from aitune_core.backends.base import Backend
-from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.strategies.base import TuneStrategy
+from aitune_core.strategies.candidates import GraphSession
 
 
 class MinLatencyStrategy(TuneStrategy):
@@ -21,14 +17,6 @@ class MinLatencyStrategy(TuneStrategy):
     description = "evaluate all backends, route each batch size to the one with minimum latency"
     parallel_candidates = True
 
-    def _tune(
-        self,
-        module: torch.nn.Module,
-        name: str,
-        graph_spec: GraphSpec,
-        data: list[Sample],
-        device: torch.device,
-        cache_dir: Path,
-    ) -> Backend:
-        results = list(self.evaluate_all(self.candidates(device)))
+    def _tune(self, session: GraphSession) -> Backend:
+        results = list(self.evaluate_all(self.candidates(session.device)))
         return self.route_by_batch(results, self.serving_sizes())

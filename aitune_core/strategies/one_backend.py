@@ -5,14 +5,11 @@ If it is correct but does not beat eager, the graph stays eager.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import torch
-
 from aitune_core.backends.base import Backend
-from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.strategies.base import TuneStrategy
+from aitune_core.strategies.candidates import GraphSession
 
 
 class OneBackendStrategy(TuneStrategy):
@@ -24,18 +21,10 @@ class OneBackendStrategy(TuneStrategy):
             raise TypeError(f"OneBackendStrategy takes one Backend, got {type(backend).__name__}")
         super().__init__([backend], **options)
 
-    def _tune(
-        self,
-        module: torch.nn.Module,
-        name: str,
-        graph_spec: GraphSpec,
-        data: list[Sample],
-        device: torch.device,
-        cache_dir: Path,
-    ) -> Backend:
-        assert self.session is not None and self.backends is not None
+    def _tune(self, session: GraphSession) -> Backend:
+        assert self.backends is not None
         blueprint = self.backends[0]
-        availability = blueprint.availability(device)
+        availability = blueprint.availability(session.device)
         if not availability.available:
             raise RuntimeError(f"{blueprint.describe()} cannot run here: {availability.reason}")
         result = self.evaluate(blueprint, raise_errors=True)
