@@ -174,11 +174,76 @@ def run_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- aitune new-plugin
+def add_new_plugin_command(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "new-plugin",
+        help="write a new backend plugin project that already passes the conformance suite",
+        description=(
+            "Write a plugin project into PATH/NAME: pyproject.toml with the 'aitune.plugins' entry point, a backend "
+            "that runs a copy of the module (with TODO markers where the compiler goes), the plugin module, a "
+            "conformance test, a README and a noxfile that tests it against a chosen aitune-core. NAME is the "
+            "distribution name and the folder (lowercase letters, digits and dashes); the package is NAME with "
+            "dashes as underscores, and the backend is named after the package, without a leading 'aitune_'."
+        ),
+    )
+    parser.add_argument("name", metavar="NAME", help="distribution name, e.g. aitune-mycompiler")
+    parser.add_argument("--path", default=".", help="the folder to write NAME/ into (default: the current folder)")
+    parser.set_defaults(handler=run_new_plugin)
+
+
+def run_new_plugin(args: argparse.Namespace) -> int:
+    from aitune_core.authoring.new_plugin import NewPluginError, next_steps, write_plugin
+
+    try:
+        names, target, _ = write_plugin(args.name, args.path)
+    except NewPluginError as error:
+        print(f"aitune new-plugin: {error}", file=sys.stderr)
+        return 2
+    print(next_steps(names, target))
+    return 0
+
+
+# --------------------------------------------------------------------------- aitune plugins check
+def add_plugins_check_command(subparsers: Subparsers) -> None:
+    """``aitune plugins check``: a subcommand of ``aitune plugins``, which keeps working without one.
+
+    Registered after :func:`add_plugins_command`, whose parser it extends, so that command stays as it was.
+    """
+    plugins = subparsers.choices["plugins"]
+    listing = plugins.format_usage().removeprefix("usage: ").strip()
+    commands = plugins.add_subparsers(title="subcommands", metavar="SUBCOMMAND", required=False)
+    parser = commands.add_parser(
+        "check",
+        help="run the conformance suite against an installed plugin's backends",
+        description=(
+            "Run aitune's conformance suite (aitune_core.testing.BackendConformance) against each backend of an "
+            "installed plugin, with its default config, on a small MLP, at the tolerances tuning validates float32 "
+            "with, in a pytest child process that loads only that plugin. Prints a summary; the exit status is 0 "
+            "only when every backend passed."
+        ),
+    )
+    parser.add_argument("name", metavar="NAME", help="a distribution (aitune-inductor), plugin or backend name")
+    parser.add_argument("--device", default="cpu", help="device to check on (default: cpu)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show pytest's output as it runs")
+    parser.set_defaults(handler=run_plugins_check)
+    # The generated usage would show the subcommand as required; listing needs none.
+    plugins.usage = f"{listing}\n       {parser.format_usage().removeprefix('usage: ').strip()}"
+
+
+def run_plugins_check(args: argparse.Namespace) -> int:
+    from aitune_core.authoring.plugin_check import check
+
+    return check(args.name, device=args.device, verbose=args.verbose)
+
+
 # --------------------------------------------------------------------------- entry point
 COMMANDS: list[Callable[[Subparsers], None]] = [
     add_demo_command,
     add_plugins_command,
+    add_plugins_check_command,
     add_inspect_command,
+    add_new_plugin_command,
 ]
 """Subcommand registrars, in the order ``aitune --help`` lists them."""
 
