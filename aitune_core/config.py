@@ -63,10 +63,13 @@ def _boolean(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> Non
         raise ValueError(f"config.{attribute.name} must be True or False, got {value!r}")
 
 
-def _executor_choice(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    from aitune_core.executors.base import Executor
+def _is_a(value: Any, module: str, name: str) -> bool:
+    """``isinstance(value, module.name)`` without importing ``module``: settings sit below every other layer."""
+    return any(cls.__module__ == module and cls.__qualname__ == name for cls in type(value).__mro__)
 
-    if isinstance(value, Executor):
+
+def _executor_choice(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if _is_a(value, "aitune_core.executors.base", "Executor"):
         return
     from aitune_core.names import is_valid_name
 
@@ -78,9 +81,7 @@ def _executor_choice(_instance: Any, attribute: attrs.Attribute[Any], value: Any
 
 
 def _timer_choice(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    from aitune_core.profiling.timer import Timer
-
-    if value is not None and not isinstance(value, Timer):
+    if value is not None and not _is_a(value, "aitune_core.profiling.timer", "Timer"):
         raise ValueError(f"config.{attribute.name} must be a Timer (or None for the wall clock), got {value!r}")
 
 

@@ -34,9 +34,9 @@ _EXPORTS: dict[str, str] = {
     "resize": "aitune_core.metadata.resize",
     "to_device": "aitune_core.validation.inputs",
     "as_call": "aitune_core.validation.inputs",
-    "Tolerance": "aitune_core.validation.tolerances",
-    "Tolerances": "aitune_core.validation.tolerances",
-    "DEFAULT_TOLERANCES": "aitune_core.validation.tolerances",
+    "Tolerance": "aitune_core.backends.tolerances",
+    "Tolerances": "aitune_core.backends.tolerances",
+    "DEFAULT_TOLERANCES": "aitune_core.backends.tolerances",
     "compare_outputs": "aitune_core.validation.compare",
     "AllowList": "aitune_core.backends.safe_options",
     "BoolRule": "aitune_core.backends.safe_options",
@@ -124,6 +124,7 @@ if TYPE_CHECKING:
     from aitune_core.backends.eager import floating_dtype
     from aitune_core.backends.safe_options import AllowList, BoolRule, ChoiceRule, IntRule, OptionRule, allowed_options
     from aitune_core.backends.state import BackendState
+    from aitune_core.backends.tolerances import DEFAULT_TOLERANCES, Tolerance, Tolerances
     from aitune_core.checkpoint.manifest import CheckpointError
     from aitune_core.config import config
     from aitune_core.graphs.forward_signature import ForwardSignature
@@ -137,4 +138,3 @@ if TYPE_CHECKING:
     from aitune_core.serialization import dtype_from_str, stable_hash
     from aitune_core.validation.compare import compare_outputs
     from aitune_core.validation.inputs import as_call, to_device
-    from aitune_core.validation.tolerances import DEFAULT_TOLERANCES, Tolerance, Tolerances

@@ -21,10 +21,10 @@ import attrs
 import torch
 
 from aitune_core.backends.state import BackendState, next_state
+from aitune_core.backends.tolerances import Tolerances
 from aitune_core.extensions import slots
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
-from aitune_core.validation.tolerances import Tolerances
 
 B = TypeVar("B", bound="Backend")
 

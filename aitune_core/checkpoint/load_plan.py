@@ -27,10 +27,10 @@ from aitune_core.checkpoint.manifest import (
     parse_manifest,
 )
 from aitune_core.checkpoint.origin import about
-from aitune_core.checkpoint.samples import decode_samples
 from aitune_core.checkpoint.signing import SigningKey, verify_signature
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
+from aitune_core.graphs.sample_data import decode_samples
 from aitune_core.log import get_logger
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module
 

@@ -40,8 +40,8 @@ from aitune_core.checkpoint.manifest import (
     write_manifest,
 )
 from aitune_core.checkpoint.origin import about, backend_origin
-from aitune_core.checkpoint.samples import encode_samples
 from aitune_core.checkpoint.signing import SigningKey, write_signature
+from aitune_core.graphs.sample_data import encode_samples
 from aitune_core.graphs.spec_data import GraphSpecData
 from aitune_core.log import get_logger
 from aitune_core.module.wrapper import Module, ModuleState

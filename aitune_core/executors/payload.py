@@ -38,12 +38,12 @@ import cattrs
 import torch
 
 from aitune_core.backends.artifacts import seal_of
-from aitune_core.checkpoint.samples import decode_samples, encode_samples
+from aitune_core.backends.tolerances import Tolerance, Tolerances
 from aitune_core.graphs.forward_signature import ForwardSignature
+from aitune_core.graphs.sample_data import decode_samples, encode_samples
 from aitune_core.graphs.spec_data import GraphSpecData
 from aitune_core.profiling.measurement import Measurement, ProfileConfig
 from aitune_core.serialization import dtype_from_str
-from aitune_core.validation.tolerances import Tolerance, Tolerances
 
 if TYPE_CHECKING:
     from aitune_core.backends.base import Backend

@@ -27,6 +27,7 @@ import torch
 
 from aitune_core.backends.base import Availability, Backend
 from aitune_core.backends.eager import TorchEagerBackend
+from aitune_core.backends.tolerances import Tolerances
 from aitune_core.executors.base import CandidateTask, Executor, PendingCandidate
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
@@ -46,7 +47,6 @@ from aitune_core.strategies.candidates import (  # noqa: F401 - the errors are r
 )
 from aitune_core.strategies.defaults import skipped_as_lossy
 from aitune_core.strategies.ranking import Allowed, Ranking, Segment, lost_reason, merge, plan, rank, winner_at
-from aitune_core.validation.tolerances import Tolerances
 
 DEFAULT_PERFORMANCE_GATE = 1.01
 DEFAULT_MAX_BACKENDS = 2

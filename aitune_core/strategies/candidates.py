@@ -28,6 +28,7 @@ import torch
 
 from aitune_core.backends.artifacts import seal_passed
 from aitune_core.backends.base import Backend, BuildContext
+from aitune_core.backends.tolerances import Tolerances
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.guard import ModuleChangedError, ModuleGuard, ModuleRestoreError
@@ -37,7 +38,6 @@ from aitune_core.profiling.timer import Timer, WallClock
 from aitune_core.validation.inputs import CallInputs, batch_call, validation_calls
 from aitune_core.validation.points import validation_points
 from aitune_core.validation.reference import EagerReference
-from aitune_core.validation.tolerances import Tolerances
 
 Status = Literal["selected", "passed", "rejected", "failed", "skipped", "fallback"]
 

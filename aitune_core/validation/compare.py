@@ -12,8 +12,8 @@ from typing import Any
 import attrs
 import torch
 
+from aitune_core.backends.tolerances import Tolerances
 from aitune_core.metadata.locator import walk_outputs
-from aitune_core.validation.tolerances import Tolerances
 
 
 @attrs.define

@@ -15,12 +15,12 @@ from typing import Any
 import attrs
 import torch
 
+from aitune_core.backends.tolerances import Tolerances
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.metadata.locator import Locator, map_leaves
 from aitune_core.validation.compare import Comparison, compare_outputs, compare_tensor, find_non_finite
 from aitune_core.validation.isolation import changed_inputs, fresh_copy
 from aitune_core.validation.points import CALL_NAMES, ValidationPoint
-from aitune_core.validation.tolerances import Tolerances
 
 NO_FINITE_REFERENCE = (
     "eager gave NaN or infinite outputs at every validation point, so values were compared only where eager "

@@ -185,3 +185,43 @@ def test_everything_the_plugin_api_offers_exists() -> None:
 
     missing = [name for name in api.__all__ if not hasattr(api, name)]
     assert not missing and sorted(api.__all__) == sorted(api._EXPORTS)
+
+
+LAYERS = [
+    (
+        "specs",
+        ["metadata", "graphs", "serialization", "extensions", "names", "config", "log", "context", "data", "_version"],
+    ),
+    ("backend contract", ["backends"]),
+    ("evaluating", ["strategies.candidates", "validation", "profiling", "guard", "reporting"]),
+    ("choosing", ["strategies", "executors"]),
+    ("user-facing", ["tuning", "module", "checkpoint"]),
+    ("plugins", ["plugins", "plugin_api"]),
+    ("entry points", ["", "cli", "authoring", "testing", "demo"]),
+]
+"""Bottom first, as drawn in docs/architecture.md; the longest matching prefix decides a module's layer."""
+
+
+def layer_of(module: str) -> int | None:
+    rest = module.removeprefix(PACKAGE).lstrip(".")
+    found: tuple[int, int] | None = None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            matches = rest == prefix or (prefix != "" and rest.startswith(f"{prefix}."))
+            if matches and (found is None or len(prefix) > found[1]):
+                found = (index, len(prefix))
+    return found[0] if found is not None else None
+
+
+def test_every_module_has_a_layer() -> None:
+    assert [name for name in modules() if layer_of(name) is None] == []
+
+
+def test_each_layer_imports_only_the_layers_below() -> None:
+    upward = [
+        f"{module} ({LAYERS[layer_of(module) or 0][0]}) imports {target} ({LAYERS[layer_of(target) or 0][0]})"
+        for module, targets in import_graph().items()
+        for target in sorted(targets)
+        if (layer_of(target) or 0) > (layer_of(module) or 0)
+    ]
+    assert not upward, "imports that go up a layer:\n" + "\n".join(upward)

@@ -14,9 +14,9 @@ from collections.abc import Callable
 import torch
 
 import aitune_core as ait
+from aitune_core.backends.tolerances import DEFAULT_TOLERANCES
 from aitune_core.demo.models import DemoMLP
 from aitune_core.profiling.measurement import ProfileConfig
-from aitune_core.validation.tolerances import DEFAULT_TOLERANCES
 
 QUICK = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.005, max_time_s=0.03, max_batch_search=False)
 """Short timings, and no batch-size search, so the graphs keep the range [1, 2]."""

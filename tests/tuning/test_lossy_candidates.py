@@ -30,7 +30,7 @@ import torch
 
 from aitune_core.backends.base import Backend, BackendConfig
 from aitune_core.plugins import DEFAULT_PRIORITY, Candidate, hookimpl
-from aitune_core.validation.tolerances import Tolerances
+from aitune_core.backends.tolerances import Tolerances
 
 AITUNE_PLUGIN_API = 1
 

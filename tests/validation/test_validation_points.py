@@ -9,6 +9,7 @@ import pytest
 import torch
 from validation_backends import MLP
 
+from aitune_core.backends.tolerances import Tolerances
 from aitune_core.context import BATCH_SIZE_KEY, global_context
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
@@ -18,7 +19,6 @@ from aitune_core.validation.compare import compare_outputs
 from aitune_core.validation.isolation import bitwise_equal, fresh_copy
 from aitune_core.validation.points import validation_batch_sizes, validation_points
 from aitune_core.validation.reference import EagerReference
-from aitune_core.validation.tolerances import Tolerances
 
 CPU = torch.device("cpu")
 
