@@ -49,6 +49,7 @@ _EXPORTS: dict[str, str] = {
     "floating_dtype": "aitune_core.backends.eager",
     "build_identity": "aitune_core.backends.build_folders",
     "weights_fingerprint": "aitune_core.backends.build_folders",
+    "tensor_bytes": "aitune_core.backends.build_folders",
     "BUILDS": "aitune_core.backends.build_folders",
     "stable_hash": "aitune_core.serialization",
     "dtype_from_str": "aitune_core.serialization",
@@ -97,6 +98,7 @@ __all__ = [
     "map_leaves",
     "resize",
     "stable_hash",
+    "tensor_bytes",
     "to_device",
     "walk_inputs",
     "walk_outputs",
@@ -120,7 +122,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from aitune_core.backends.autocast import autocast, cast_outputs
     from aitune_core.backends.base import Availability, Backend, BackendConfig, BuildContext
-    from aitune_core.backends.build_folders import BUILDS, build_identity, weights_fingerprint
+    from aitune_core.backends.build_folders import BUILDS, build_identity, tensor_bytes, weights_fingerprint
     from aitune_core.backends.eager import floating_dtype
     from aitune_core.backends.safe_options import AllowList, BoolRule, ChoiceRule, IntRule, OptionRule, allowed_options
     from aitune_core.backends.state import BackendState

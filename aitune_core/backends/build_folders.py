@@ -58,7 +58,7 @@ def weights_fingerprint(module: torch.nn.Module, scope: object | None = None) ->
     tensors = [*module.named_parameters(), *module.named_buffers()]
     for name, tensor in tensors:
         digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        digest.update(_tensor_bytes(tensor))
+        digest.update(tensor_bytes(tensor))
     fingerprint = digest.hexdigest()
     if _weakly_referable(scope):
         _fingerprints[scope] = (id(module), fingerprint)
@@ -75,7 +75,7 @@ def _weakly_referable(scope: object | None) -> bool:
     return True
 
 
-def _tensor_bytes(tensor: torch.Tensor) -> Any:
+def tensor_bytes(tensor: torch.Tensor) -> Any:
     """The tensor's values as bytes; tensors without readable values count by their type only."""
     if tensor.device.type == "meta":
         return b"meta"

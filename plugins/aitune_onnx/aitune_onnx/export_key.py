@@ -39,6 +39,7 @@ from aitune_core.plugin_api import (
     build_identity,
     map_leaves,
     stable_hash,
+    tensor_bytes,
     weights_fingerprint,
 )
 from aitune_onnx.export import ExportConfig
@@ -131,7 +132,7 @@ def _describe(value: Any, digest: Any, depth: int = 0) -> None:
     containers item by item, other values by their text."""
     if isinstance(value, torch.Tensor):
         digest.update(f"tensor|{value.dtype}|{tuple(value.shape)}|".encode())
-        digest.update(_tensor_bytes(value))
+        digest.update(tensor_bytes(value))
     elif isinstance(value, (list, tuple)) and depth < 8:
         digest.update(f"{type(value).__name__}[{len(value)}](".encode())
         for item in value:
@@ -165,16 +166,3 @@ def _digest_arguments(arguments: dict[str, Any]) -> str:
     for name, value in arguments.items():
         map_leaves(value, Locator(name), visit)
     return digest.hexdigest()
-
-
-def _tensor_bytes(tensor: torch.Tensor) -> bytes:
-    """The tensor's values as bytes; tensors without readable values count by their type only."""
-    if tensor.device.type == "meta":
-        return b"meta"
-    try:
-        flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-        if type(flat) is not torch.Tensor or flat.is_quantized:
-            raise TypeError(type(tensor).__qualname__)
-        return flat.view(torch.uint8).numpy().tobytes()
-    except (RuntimeError, TypeError, NotImplementedError):
-        return f"unreadable {type(tensor).__qualname__}".encode()
