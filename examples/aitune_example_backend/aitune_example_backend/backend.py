@@ -56,13 +56,13 @@ class FxFuseBackend(Backend):
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         assert self.compiled is not None
-        if self.config.channels_last:
+        if self.config.channels_last:  # type: ignore[attr-defined]
             args = tuple(_channels_last(value) for value in args)
             kwargs = {name: _channels_last(value) for name, value in kwargs.items()}
         return self.compiled(*args, **kwargs)
 
     def _transform(self, module: torch.nn.Module) -> torch.nn.Module:
-        config: FxFuseConfig = self.config
+        config: FxFuseConfig = self.config  # type: ignore[assignment]
         if module.training:
             raise ValueError("FxFuseBackend folds BatchNorm running statistics, so the module must be in eval mode")
         # Both paths work on a copy: the user's module must not change under them.

@@ -18,7 +18,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import torch
@@ -96,7 +96,7 @@ class TorchInductorAotBackend(Backend):
     def _build(self, context: BuildContext) -> None:
         import torch._inductor
 
-        config: TorchInductorAotBackendConfig = self.config
+        config = cast(TorchInductorAotBackendConfig, self.config)
         calls = build_calls(context)
         started = time.perf_counter()
         try:
@@ -136,7 +136,7 @@ class TorchInductorAotBackend(Backend):
         }
 
     def _export(self, context: BuildContext, example: dict[str, Any]) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-        config: TorchInductorAotBackendConfig = self.config
+        config = cast(TorchInductorAotBackendConfig, self.config)
         example = {name: contiguous(value) for name, value in example.items()}
         args, kwargs = context.signature.bind(example)
         with torch.no_grad():

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import torch
@@ -104,7 +104,7 @@ class TorchInductorJitBackend(Backend):
     @property
     def lossy(self) -> bool:
         """Autocast computes in a narrower dtype than the module's own."""
-        return bool(self.config.autocast_enabled)
+        return bool(cast(TorchInductorJitBackendConfig, self.config).autocast_enabled)
 
     @classmethod
     def availability(cls, device: torch.device | str) -> Availability:
@@ -116,13 +116,13 @@ class TorchInductorJitBackend(Backend):
     # ------------------------------------------------------------------ building
     def resolved_dynamic(self, context: BuildContext) -> bool | None:
         """``dynamic`` as given, or derived: None (marked axes only) when the graph has ranged axes, else False."""
-        config: TorchInductorJitBackendConfig = self.config
+        config = cast(TorchInductorJitBackendConfig, self.config)
         if config.dynamic is not None:
             return config.dynamic
         return None if ranged_axes(context.graph_spec) else False
 
     def _compile_kwargs(self, context: BuildContext) -> dict[str, Any]:
-        config: TorchInductorJitBackendConfig = self.config
+        config = cast(TorchInductorJitBackendConfig, self.config)
         kwargs: dict[str, Any] = {
             "backend": "inductor",
             "fullgraph": config.fullgraph,
@@ -226,7 +226,7 @@ class TorchInductorJitBackend(Backend):
     def _size_one_tolerances(self) -> Tolerances:
         """How close to eager the shared graph must be at size 1: as validation's defaults, or
         under autocast as the dtype it computes in (a size-1 mistake is far larger)."""
-        config: TorchInductorJitBackendConfig = self.config
+        config = cast(TorchInductorJitBackendConfig, self.config)
         if not config.autocast_enabled:
             return self.default_tolerances()
         tolerance = DEFAULT_TOLERANCES.get(config.autocast_dtype, DEFAULT_TOLERANCES[torch.bfloat16])
@@ -288,7 +288,7 @@ class TorchInductorJitBackend(Backend):
     # ------------------------------------------------------------------ inference
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         compiled = self._compiled
-        config: TorchInductorJitBackendConfig = self.config
+        config = cast(TorchInductorJitBackendConfig, self.config)
         if torch.is_grad_enabled():
             # Dynamo guards on grad mode: calls with and without grad would compile twice.
             with torch.no_grad():
@@ -304,7 +304,7 @@ class TorchInductorJitBackend(Backend):
         return cast_outputs(outputs, self.context.graph_spec.output_spec)
 
     def inference_callable(self) -> Any:
-        config: TorchInductorJitBackendConfig = self.config
+        config = cast(TorchInductorJitBackendConfig, self.config)
         if self._compiled is not None and not config.autocast_enabled:
             return self._compiled
         return self._infer

@@ -68,7 +68,7 @@ class ONNXRuntimeBackend(Backend):
     name = "onnxruntime"
     config_class = ONNXRuntimeBackendConfig
     supported_devices = ("cpu", "cuda")
-    availability = _ConfiguredAvailability()
+    availability = _ConfiguredAvailability()  # type: ignore[assignment]
     config: ONNXRuntimeBackendConfig
 
     def __init__(self, config: ONNXRuntimeBackendConfig | None = None, **overrides: Any) -> None:

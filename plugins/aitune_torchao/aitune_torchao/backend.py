@@ -95,7 +95,7 @@ class TorchAOBackend(Backend):
     name = "torchao"
     config_class = TorchAOBackendConfig
     supported_devices = ("cpu", "cuda")
-    availability = _ConfiguredAvailability()
+    availability = _ConfiguredAvailability()  # type: ignore[assignment]
     config: TorchAOBackendConfig
 
     def __init__(self, config: TorchAOBackendConfig | None = None, **overrides: Any) -> None:
