@@ -33,15 +33,16 @@ class Speedup:
     def verdict(self, gate: float) -> str:
         """``"faster"``: even the low end clears ``gate``; ``"slower"``: the high end does not; else ``"undecided"``.
 
-        An interval wider than :data:`TOO_WIDE` decides nothing: timings that scattered
-        say little, and a run that happened to land high must not win (nor one that
-        landed low be called slower, which would misreport why eager serves).
+        An interval wider than :data:`TOO_WIDE` near the gate decides nothing: timings
+        that scattered say little, and a run that happened to land high must not win
+        (nor one that landed low be called slower, which would misreport why eager
+        serves). Far from the gate (beyond ``TOO_WIDE`` times it) width does not matter:
+        3x to 6x faster is faster however wide.
         """
-        if self.high > self.low * TOO_WIDE:
-            return "undecided"
-        if self.low >= gate:
+        steady = self.high <= self.low * TOO_WIDE
+        if self.low >= gate and (steady or self.low >= gate * TOO_WIDE):
             return "faster"
-        if self.high < gate:
+        if self.high < gate and (steady or self.high <= gate / TOO_WIDE):
             return "slower"
         return "undecided"
 

@@ -368,7 +368,7 @@ class TuneStrategy(abc.ABC):
         live = [r for r in results if r.status == "passed" and self._make_live(r)]
         if not live:
             return None
-        gate = self.performance_gate if self.performance_validation else 0.0
+        gate = self.performance_gate if self.performance_validation else None
         try:
             with session.guard.step("profile"):
                 ranking = rank(session, live, sizes, gate, session.timer, _never_wins)

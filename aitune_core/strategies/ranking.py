@@ -38,7 +38,8 @@ class Ranking:
     comparisons: dict[int | None, BatchComparison]
     names: dict[int, str]
     """Variant name of each ranked result, by ``id(result)``."""
-    gate: float
+    gate: float | None
+    """None: performance validation is off, every candidate may serve and the fastest does."""
 
     @property
     def sizes(self) -> list[int | None]:
@@ -51,6 +52,9 @@ class Ranking:
         return self.comparisons[size].speedup(self.name(result))
 
     def verdict(self, result: CandidateResult, size: int | None) -> str:
+        """``faster``/``slower``/``undecided`` against the gate; with no gate (performance validation off), faster."""
+        if self.gate is None:
+            return "faster"
         return self.speedup(result, size).verdict(self.gate)
 
     def measurement(self, result: CandidateResult, size: int | None) -> Measurement:
@@ -87,7 +91,7 @@ def rank(
     session: GraphSession,
     results: list[CandidateResult],
     sizes: list[int | None],
-    gate: float,
+    gate: float | None,
     timer: Timer,
     never_wins: Callable[[CandidateResult], bool],
 ) -> Ranking:
@@ -103,7 +107,9 @@ def rank(
         call, samples = session.call_at(size)
         variants = [Variant(EAGER, session.module)] + [Variant(names[id(r)], _live(r)) for r in results]
         deciding = [names[id(r)] for r in results if not never_wins(r)]
-        comparison = compare(variants, call, samples, session.profile_config, timer, gate, deciding=deciding)
+        comparison = compare(
+            variants, call, samples, session.profile_config, timer, gate or 0.0, deciding=deciding if gate else []
+        )
         comparisons[size] = comparison
         share = sum(comparison.calls[EAGER]) if results else 0.0
         for result in results:
