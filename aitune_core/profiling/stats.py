@@ -17,6 +17,8 @@ import attrs
 
 TOO_WIDE = 1.5
 """The most the high end of a speedup's interval may exceed its low end (as a ratio) for any verdict."""
+FAR_FROM_GATE = 1.2
+"""An interval entirely this far beyond the gate decides whatever its width: every round agreed."""
 OUTLIER_MADS = 6.0
 """A round further than this many (scaled) median absolute deviations above a
 variant's median is an outlier: a GC pause or a preempted thread, not the backend."""
@@ -36,13 +38,13 @@ class Speedup:
         An interval wider than :data:`TOO_WIDE` near the gate decides nothing: timings
         that scattered say little, and a run that happened to land high must not win
         (nor one that landed low be called slower, which would misreport why eager
-        serves). Far from the gate (beyond ``TOO_WIDE`` times it) width does not matter:
-        3x to 6x faster is faster however wide.
+        serves). Far from the gate (beyond :data:`FAR_FROM_GATE` times it) width does not
+        matter: 1.5x to 3x faster is faster however wide.
         """
         steady = self.high <= self.low * TOO_WIDE
-        if self.low >= gate and (steady or self.low >= gate * TOO_WIDE):
+        if self.low >= gate and (steady or self.low >= gate * FAR_FROM_GATE):
             return "faster"
-        if self.high < gate and (steady or self.high <= gate / TOO_WIDE):
+        if self.high < gate and (steady or self.high <= gate / FAR_FROM_GATE):
             return "slower"
         return "undecided"
 

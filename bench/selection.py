@@ -1,0 +1,668 @@
+"""Does tuning choose well, and the same every time? (the "Selection" numbers)
+
+* quality and agreement: each model is tuned with the defaults (``MaxThroughputStrategy()``
+  over every installed plugin's default candidates) in ``n`` fresh processes. In each
+  process, after ``tune()``, every candidate that passed validation is tuned again on
+  its own (``OneBackendStrategy(b).enable_performance_validation(False)``) and the tuned
+  module, eager and each single backend are timed independently, alternating round by
+  round on one thread. Quality at a batch size is the best single variant's median time
+  (eager included) over the tuned module's: 1.0 means the routing is as fast as the best
+  one could have picked. Agreement: how many runs chose the most common routing (the
+  backend serving each of the user's batch sizes). Models: the bundled demo models, and
+  timm's resnet18 and a tiny transformers BERT where those packages are installed
+  (random weights, nothing downloaded);
+* traps, on the wall clock: a backend that runs the module and then busy-waits 10% of
+  eager's measured time must never be selected; one that skips 10% of an artificial
+  per-call delay that eager pays must be selected;
+* warm-cache tune of the 512-2048-512 MLP with inductor JIT and eager: ``tune()`` wall time
+  with a warm ``TORCHINDUCTOR_CACHE_DIR`` (target 2 s), and the compiles in the build log.
+
+Every tune runs in a subprocess (``python -m bench.selection JOB``) so that nothing
+compiled or cached in memory by one run helps the next. The Inductor cache on disk is
+torch's default one, as a user's would be: only the first run on a machine compiles
+cold. To keep the suite near 15 minutes, the first run of a model builds every validated
+backend alone, and later runs only those that came within 3% of the fastest there (the
+tuned module and eager are timed in every run). Run it with the interpreter of an
+environment that has timm and transformers to include those models.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.timing import ROOT, Options, Result, Stats, alternate, calibrate, per_call
+
+QUALITY_TARGET = 0.9
+"""The chosen routing's speed over the best single backend's, at every batch size, in every run."""
+WARM_TUNE_TARGET_S = 2.0
+TRAP_DELAY_S = 0.002
+"""The artificial per-call delay that eager pays in the trap model (the fast trap skips 10% of it)."""
+JOB_TIMEOUT_S = 900
+RESULT_MARK = "SELECTION-RESULT "
+BUILD_FINISHED = re.compile(r"build finished.*")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    label: str
+    batch_sizes: tuple[int, ...]
+    needs: str = ""
+    """A package the model needs (timm, transformers); the model is skipped without it."""
+
+
+MODELS = (
+    ModelSpec("mlp", "demo MLP 512-2048-512", (1, 8)),
+    ModelSpec("cnn", "demo CNN, 32x32", (1, 8)),
+    ModelSpec("transformer", "demo transformer, seq 32", (1, 8)),
+    ModelSpec("resnet18", "timm resnet18, 64x64", (1, 4), "timm"),
+    ModelSpec("bert", "BERT tiny (hidden 64, 2 layers), seq 16", (1, 4), "transformers"),
+)
+CRITERION_A_MODEL = "resnet18"
+OTHER_RUNS = int(os.environ.get("AITUNE_BENCH_SELECTION_RUNS", "3"))
+"""Fresh-process runs of the other models (resnet18 always gets 5, as criterion (a) asks)."""
+ONLY_MODELS = [name for name in os.environ.get("AITUNE_BENCH_SELECTION_MODELS", "").split(",") if name]
+"""Measure only these models (comma-separated names from MODELS); empty: all."""
+
+
+@dataclass
+class Ratio(Result):
+    """A dimensionless number (a speed ratio, a share of runs); ``passed`` is the verdict, if any."""
+
+    unit: str = "x"
+    passed: bool | None = None
+
+    def scaled(self, value: float) -> float:
+        return value
+
+    @property
+    def meets_target(self) -> bool | None:
+        return self.passed
+
+
+# ---------------------------------------------------------------------- in the subprocess
+
+
+def _make_model(name: str) -> tuple[Any, list[Any]]:
+    """A freshly initialised model (seeded, random weights) in eval mode, and its unbatched samples."""
+    import torch
+
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    if name in ("mlp", "cnn", "transformer"):
+        from aitune_core.demo.models import build_demo
+
+        return build_demo(name)
+    if name == "resnet18":
+        import timm  # type: ignore[import-not-found]
+
+        model = timm.create_model("resnet18", pretrained=False, num_classes=10).eval()
+        return model, [torch.randn(3, 64, 64, generator=generator) for _ in range(8)]
+    if name == "bert":
+        from transformers import BertConfig, BertModel  # type: ignore[import-not-found]
+
+        config = BertConfig(
+            vocab_size=1000,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=128,
+            max_position_embeddings=64,
+        )
+        model = BertModel(config).eval()
+        return model, [torch.randint(0, 1000, (16,), generator=generator) for _ in range(8)]
+    raise ValueError(f"unknown model {name!r}")
+
+
+def _batch(samples: list[Any], size: int) -> Any:
+    import torch
+
+    return torch.stack([samples[i % len(samples)] for i in range(size)])
+
+
+def _label(backend: Any) -> str:
+    import aitune_core as ait
+
+    if backend is None or (isinstance(backend, ait.TorchEagerBackend) and not backend.config.autocast_enabled):
+        return "eager"
+    return str(backend.describe())
+
+
+def _route_at(module: Any, size: int) -> str:
+    """What serves batch ``size`` in every graph of ``module`` ("eager" where nothing was routed)."""
+    labels = []
+    for route in module.routes.values():
+        ranges = route.ranges(size, size) if route.batch_axis is not None else [(size, size, route.backend)]
+        labels += [_label(backend) for first, last, backend in ranges if first <= last]
+    return " + ".join(dict.fromkeys(labels)) or "eager"
+
+
+def _validated(candidate: Any) -> bool:
+    """Passed validation (whatever the timing said), and is not plain eager itself."""
+    import aitune_core as ait
+
+    if candidate.blueprint is None:
+        return False
+    blueprint = candidate.blueprint
+    if isinstance(blueprint, ait.TorchEagerBackend) and not blueprint.config.autocast_enabled:
+        return False
+    return candidate.status in ("selected", "passed") or (
+        candidate.status == "rejected" and candidate.stage == "performance"
+    )
+
+
+def _time_variants(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[float]]:
+    import torch
+
+    with torch.no_grad():
+        for fn in fns.values():
+            for _ in range(3):
+                fn()
+        variants: dict[str, Callable[[], float]] = {}
+        for name, fn in fns.items():
+            number = calibrate(fn, target_s=0.05)
+            variants[name] = lambda fn=fn, number=number: per_call(fn, number)
+        return alternate(variants, rounds=rounds, warmup_rounds=1)
+
+
+def _selection_job(job: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    import aitune_core as ait
+    from aitune_core.profiling.timer import ScriptedTimer
+
+    torch.set_num_threads(job["threads"])
+    ait.config.cache_dir = job["cache_dir"]
+    name, sizes = job["model"], list(job["batch_sizes"])
+    model, samples = _make_model(name)
+    wrapped = ait.Module(model, f"selection-{name}")
+    start = time.perf_counter()
+    report = ait.tune(wrapped, samples, batch_sizes=sizes)
+    tune_s = time.perf_counter() - start
+    routing = {str(size): _route_at(wrapped, size) for size in sizes}
+    rows = [
+        {
+            "graph": graph.graph,
+            "backend": c.backend,
+            "status": c.status,
+            "stage": c.stage,
+            "serves": c.describe_serves(),
+            "reason": c.reason[:160],
+            "speedups": {str(size): s.describe() for size, s in c.speedups.items()},
+        }
+        for graph in report.graphs
+        for c in graph.candidates
+    ]
+    eager_serves = [list(r) for graph in report.graphs for r in graph.eager_serves]
+
+    singles: dict[str, Any] = {}
+    single_errors: dict[str, str] = {}
+    single_routes: dict[str, dict[str, str]] = {}
+    validated = {c.backend: c.blueprint for graph in report.graphs for c in graph.candidates if _validated(c)}
+    if job.get("singles") is not None:  # later runs: only those that were fastest alone in the first
+        validated = {label: b for label, b in validated.items() if label in job["singles"]}
+    for index, (label, blueprint) in enumerate(validated.items()):
+        alone = ait.Module(copy.deepcopy(model), f"selection-{name}-single-{index}")
+        # Scripted timings: the backend alone must serve every size. With the wall clock,
+        # an interval wider than stats.TOO_WIDE is "undecided" even with the gate off, and
+        # eager then served some sizes of a "single backend" (seen on resnet18, batch 4).
+        timer = ScriptedTimer({"eager": 1.0}, default=1e-6)
+        strategy = ait.OneBackendStrategy(blueprint, timer=timer).enable_performance_validation(False)
+        try:
+            ait.tune(alone, samples, batch_sizes=sizes, strategy=strategy)
+        except Exception as error:  # reported; the others are still timed
+            single_errors[label] = f"{type(error).__name__}: {error}"[:300]
+            continue
+        singles[label] = alone
+        single_routes[label] = {str(size): _route_at(alone, size) for size in sizes}
+
+    timings: dict[str, dict[str, list[float]]] = {}
+    for size in sizes:
+        x = _batch(samples, size)
+        fns: dict[str, Callable[[], Any]] = {
+            "aitune": lambda x=x: wrapped(x),
+            "eager": lambda x=x: model(x),
+        }
+        for label, alone in singles.items():
+            fns[label] = lambda x=x, alone=alone: alone(x)
+        timings[str(size)] = _time_variants(fns, job["rounds"])
+    return {
+        "model": name,
+        "tune_s": tune_s,
+        "phases": dict(report.timings),
+        "routing": routing,
+        "rows": rows,
+        "eager_serves": eager_serves,
+        "single_routes": single_routes,
+        "single_errors": single_errors,
+        "timings": timings,
+    }
+
+
+def _trap_classes() -> tuple[Any, Any, Any]:
+    """The trap model and the two trap backends (defined here so that torch loads only in the subprocess)."""
+    import attrs
+    import torch
+    from torch import nn
+
+    import aitune_core as ait
+
+    def spin(seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    class SpinMLP(nn.Module):
+        """A small MLP that busy-waits ``delay_s`` per call before computing."""
+
+        def __init__(self, delay_s: float) -> None:
+            super().__init__()
+            self.up = nn.Linear(16, 32)
+            self.down = nn.Linear(32, 8)
+            self.delay_s = delay_s
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.delay_s:
+                spin(self.delay_s)
+            return self.down(torch.relu(self.up(x)))
+
+    @attrs.frozen
+    class SlowTrapConfig(ait.BackendConfig):
+        delays: tuple[tuple[int, float], ...] = ()
+        """Extra busy-wait per call by batch size: 10% of eager's measured time there."""
+
+    class SlowTrapBackend(ait.Backend):
+        """Correct, and 10% slower than eager: runs the module, then busy-waits."""
+
+        name = "bench_slow_trap"
+        config_class = SlowTrapConfig
+
+        def _build(self, context: Any) -> None:
+            self.module = context.module
+            self.delays = dict(self.config.delays)  # type: ignore[attr-defined]
+            self.fallback = max(self.delays.values(), default=0.0)
+
+        def _infer(self, *args: Any, **kwargs: Any) -> Any:
+            out = self.module(*args, **kwargs)
+            spin(self.delays.get(args[0].shape[0], self.fallback))
+            return out
+
+    @attrs.frozen
+    class FastTrapConfig(ait.BackendConfig):
+        keep: float = 0.9
+        """The share of the module's artificial delay that this backend still pays."""
+
+    class FastTrapBackend(ait.Backend):
+        """Correct, and about 10% faster than eager: pays only ``keep`` of the module's delay."""
+
+        name = "bench_fast_trap"
+        config_class = FastTrapConfig
+
+        def _build(self, context: Any) -> None:
+            self.module = copy.deepcopy(context.module)
+            self.module.delay_s = context.module.delay_s * self.config.keep  # type: ignore[attr-defined]
+
+        def _infer(self, *args: Any, **kwargs: Any) -> Any:
+            return self.module(*args, **kwargs)
+
+    return SpinMLP, SlowTrapBackend, FastTrapBackend
+
+
+def _trap_job(job: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    import aitune_core as ait
+
+    torch.set_num_threads(job["threads"])
+    ait.config.cache_dir = job["cache_dir"]
+    spin_mlp, slow_trap, fast_trap = _trap_classes()
+    sizes = [1, 4]
+    generator = torch.Generator().manual_seed(0)
+    samples = [torch.randn(16, generator=generator) for _ in range(8)]
+    # The strategy's defaults, less the max-batch search: eager's throughput here grows with
+    # the batch without end (the delay is per call), so the search would only add time.
+    profile = ait.ProfileConfig(max_batch_search=False)
+
+    probe = spin_mlp(TRAP_DELAY_S).eval()
+    eager_s = {}
+    for size in sizes:
+        x = _batch(samples, size)
+        measured = _time_variants({"eager": lambda x=x: probe(x)}, rounds=9)["eager"]
+        eager_s[size] = statistics.median(measured)
+
+    outcomes: dict[str, list[dict[str, Any]]] = {"slow": [], "fast": []}
+    for index in range(job["runs"]):
+        for kind in ("slow", "fast"):
+            torch.manual_seed(0)
+            model = spin_mlp(TRAP_DELAY_S).eval()
+            if kind == "slow":
+                backend = slow_trap(delays=tuple((size, 0.1 * eager_s[size]) for size in sizes))
+            else:
+                backend = fast_trap(keep=0.9)
+            wrapped = ait.Module(model, f"selection-trap-{kind}-{index}")
+            report = ait.tune(
+                wrapped, samples, batch_sizes=sizes, strategy=ait.MaxThroughputStrategy([backend], profile=profile)
+            )
+            row = next(c for g in report.graphs for c in g.candidates if c.backend == backend.describe())
+            outcomes[kind].append(
+                {
+                    "status": row.status,
+                    "serves": [size for size in sizes if row.status == "selected" and row.serves_batch(size)],
+                    "speedups": {str(size): s.describe() for size, s in row.speedups.items()},
+                    "reason": row.reason[:160],
+                }
+            )
+    return {"eager_s": {str(k): v for k, v in eager_s.items()}, "outcomes": outcomes}
+
+
+def _warm_job(job: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from aitune_inductor import TorchInductorJitBackend  # type: ignore[import-not-found]
+
+    import aitune_core as ait
+    from aitune_core.demo.models import DemoMLP, mlp_samples
+
+    torch.set_num_threads(job["threads"])
+    ait.config.cache_dir = job["cache_dir"]
+    torch.manual_seed(0)
+    wrapped = ait.Module(DemoMLP().eval(), "selection-warm-mlp")
+    strategy = ait.MaxThroughputStrategy([TorchInductorJitBackend(), ait.TorchEagerBackend()])
+    start = time.perf_counter()
+    report = ait.tune(wrapped, mlp_samples(), batch_sizes=[1, 2, 4, 8], strategy=strategy)
+    return {"tune_s": time.perf_counter() - start, "phases": dict(report.timings)}
+
+
+JOBS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "selection": _selection_job,
+    "trap": _trap_job,
+    "warm": _warm_job,
+}
+
+
+def _worker(argv: list[str]) -> int:
+    job = json.loads(argv[0])
+    result = JOBS[job["kind"]](job)
+    print(RESULT_MARK + json.dumps(result), flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------------- in the bench process
+
+
+def _spawn(job: dict[str, Any], env: dict[str, str] | None = None) -> tuple[dict[str, Any], str]:
+    """Run one job in a fresh process; returns its result and its log (stderr)."""
+    full_env = {k: v for k, v in os.environ.items() if k not in ("AITUNE_EXECUTOR", "AITUNE_ALLOW_LOSSY")}
+    full_env.update(env or {})
+    completed = subprocess.run(
+        [sys.executable, "-W", "ignore", "-m", "bench.selection", json.dumps(job)],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=JOB_TIMEOUT_S,
+    )
+    lines = [line for line in completed.stdout.splitlines() if line.startswith(RESULT_MARK)]
+    if completed.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"selection job {job['kind']} failed (exit {completed.returncode}):\n{completed.stderr[-4000:]}"
+        )
+    return json.loads(lines[-1][len(RESULT_MARK) :]), completed.stderr
+
+
+def _installed(package: str) -> bool:
+    import importlib.util
+
+    return not package or importlib.util.find_spec(package) is not None
+
+
+def _say(text: str) -> None:
+    print(f"  {text}", flush=True)
+
+
+def _quality(run: dict[str, Any], size: str) -> tuple[float, str, dict[str, float]]:
+    """(the tuned module's speed over the best single's, that single's name, every median) at ``size``.
+
+    The best single variant (eager included) has the lowest median time; the quality is the
+    median of the per-round ratios ``best / tuned``, so drift between rounds cancels.
+    """
+    timings = run["timings"][size]
+    medians = {name: statistics.median(values) for name, values in timings.items()}
+    contenders = {name: value for name, value in medians.items() if name != "aitune"}
+    best = min(contenders, key=lambda name: contenders[name])
+    ratios = [b / t for b, t in zip(timings[best], timings["aitune"], strict=True)]
+    return statistics.median(ratios), best, medians
+
+
+def _near_best(run: dict[str, Any], within: float = 1.03) -> list[str]:
+    """The single backends within ``within`` of the fastest variant alone, at any batch size."""
+    found: set[str] = set()
+    for size in run["timings"]:
+        _, best, medians = _quality(run, size)
+        found |= {n for n, v in medians.items() if n not in ("aitune", "eager") and v <= medians[best] * within}
+    return sorted(found)
+
+
+def selection(options: Options, work: Path) -> tuple[list[Result], list[dict[str, Any]]]:
+    results: list[Result] = []
+    table: list[dict[str, Any]] = []
+    for spec in MODELS:
+        if ONLY_MODELS and spec.name not in ONLY_MODELS:
+            continue
+        if not _installed(spec.needs):
+            _say(f"{spec.name}: skipped, {spec.needs} is not installed")
+            table.append({"spec": spec, "skipped": f"{spec.needs} not installed"})
+            continue
+        count = options.rounds(5 if spec.name == CRITERION_A_MODEL else OTHER_RUNS, 1)
+        runs: list[dict[str, Any]] = []
+        singles: list[str] | None = None
+        for index in range(count):
+            job = {
+                "kind": "selection",
+                "model": spec.name,
+                "batch_sizes": list(spec.batch_sizes),
+                "threads": options.threads,
+                "cache_dir": str(work / "aitune"),
+                "rounds": options.rounds(15, 3),
+                "singles": singles,
+            }
+            started = time.perf_counter()
+            try:
+                run, _ = _spawn(job)
+            except (RuntimeError, subprocess.TimeoutExpired) as error:
+                _say(f"{spec.name} run {index + 1}/{count}: FAILED\n{error}")
+                continue
+            runs.append(run)
+            if singles is None:
+                singles = _near_best(run)
+            qualities = {size: _quality(run, size)[0] for size in run["timings"]}
+            took = time.perf_counter() - started
+            _say(
+                f"{spec.name} run {index + 1}/{count} ({took:.0f} s, tune {run['tune_s']:.1f} s): "
+                + ", ".join(f"batch {s}: {run['routing'][s]} (quality {q:.2f})" for s, q in qualities.items())
+            )
+        if not runs:
+            table.append({"spec": spec, "skipped": "every run failed"})
+            continue
+        results += _model_results(spec, runs, table)
+    return results, table
+
+
+def _model_results(spec: ModelSpec, runs: list[dict[str, Any]], table: list[dict[str, Any]]) -> list[Result]:
+    results: list[Result] = []
+    routings = [tuple(run["routing"][str(s)] for s in spec.batch_sizes) for run in runs]
+    common, agree = collections.Counter(routings).most_common(1)[0]
+    row: dict[str, Any] = {"spec": spec, "runs": len(runs), "agree": agree, "routing": common, "sizes": {}}
+    worst_overall = 1.0
+    for position, size in enumerate(spec.batch_sizes):
+        values, bests = [], []
+        for run in runs:
+            quality, best, _ = _quality(run, str(size))
+            values.append(quality)
+            bests.append(best)
+        worst_overall = min(worst_overall, min(values))
+        best_often = collections.Counter(bests).most_common(1)[0][0]
+        chosen = collections.Counter(r[position] for r in routings)
+        row["sizes"][size] = {
+            "median": statistics.median(values),
+            "min": min(values),
+            "best": best_often,
+            "chosen": ", ".join(f"{name} x{n}" for name, n in chosen.most_common()),
+        }
+        results.append(
+            Ratio(
+                f"selection {spec.name}, batch {size}",
+                "quality: best single / chosen",
+                Stats.of(values),
+                note=f"worst run {min(values):.2f}; fastest alone: {best_often}; chose {row['sizes'][size]['chosen']}",
+                extra={"per_run": values, "best_single": bests, "chosen": [r[position] for r in routings]},
+            )
+        )
+    not_alone = sorted(
+        {
+            f"{label} at batch {size}"
+            for run in runs
+            for label, routes in run["single_routes"].items()
+            for size, served in routes.items()
+            if served != label
+        }
+    )
+    row["not_alone"] = not_alone
+    tune_times = [run["tune_s"] for run in runs]
+    row["tune_s"] = statistics.median(tune_times)
+    results.append(
+        Result(f"selection {spec.name}", "tune() wall time", Stats.of(tune_times), "s", note=f"{len(runs)} runs")
+    )
+    met = None
+    note = f"{agree} of {len(runs)} runs: {' | '.join(common)}"
+    if not_alone:
+        note += f"; tuned alone with performance validation off, eager still served {', '.join(not_alone)}"
+    if spec.name == CRITERION_A_MODEL:
+        met = agree == len(runs) and worst_overall >= QUALITY_TARGET
+        note += f"; (a) needs every run >= {QUALITY_TARGET} and 5/5 the same: {'MET' if met else 'NOT MET'}"
+    row["met"] = met
+    results.append(
+        Ratio(
+            f"selection {spec.name}",
+            "agreement: share of runs with the common routing",
+            Stats.of([agree / len(runs)]),
+            note=note,
+            passed=met,
+            extra={"routings": [list(r) for r in routings], "runs": runs},
+        )
+    )
+    table.append(row)
+    return results
+
+
+def traps(options: Options, work: Path) -> list[Result]:
+    count = options.rounds(20, 3)
+    job = {"kind": "trap", "runs": count, "threads": options.threads, "cache_dir": str(work / "aitune")}
+    started = time.perf_counter()
+    outcome, _ = _spawn(job)
+    _say(f"traps: {count} runs each ({time.perf_counter() - started:.0f} s)")
+    results: list[Result] = []
+    for kind, rule in (("slow", "never selected"), ("fast", f">= {0.9 * count:.0f} of {count}")):
+        rows = outcome["outcomes"][kind]
+        any_size = sum(1 for r in rows if r["serves"])
+        every = sum(1 for r in rows if len(r["serves"]) == 2)
+        met = any_size == 0 if kind == "slow" else every >= 0.9 * count
+        label = "10% slower (busy-waits 10% of eager)" if kind == "slow" else "10% faster (skips 10% of eager's delay)"
+        speedups = collections.Counter(s for r in rows for s in r["speedups"].values())
+        _say(f"trap {kind}: selected in {any_size}/{count} (every size {every}); speedups seen: {dict(speedups)}")
+        results.append(
+            Ratio(
+                f"trap: {label}",
+                "runs where it serves every batch size",
+                Stats.of([every / count]),
+                note=f"serves some size in {any_size}/{count}, every size in {every}/{count}; "
+                f"needs {rule}: {'MET' if met else 'NOT MET'}",
+                passed=met,
+                extra={"eager_s": outcome["eager_s"], "runs": rows},
+            )
+        )
+    return results
+
+
+def warm_cache(options: Options, work: Path) -> list[Result]:
+    if not _installed("aitune_inductor"):
+        _say("warm cache: skipped, aitune_inductor is not installed")
+        return []
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(work / "inductor-warm")}
+    job = {"kind": "warm", "threads": options.threads, "cache_dir": str(work / "aitune-warm")}
+    cold, _ = _spawn(job, env)
+    _say(f"warm cache: first (cold) tune {cold['tune_s']:.1f} s")
+    times, builds, phases = [], [], []
+    for _ in range(options.rounds(3, 1)):
+        warm, log = _spawn(job, env)
+        times.append(warm["tune_s"])
+        phases.append(warm["phases"])
+        builds += [
+            " ".join(re.findall(r"\b(?:backend|graphs|recompiles|compile_s)=\S+", line))
+            for line in BUILD_FINISHED.findall(log)
+        ]
+    _say(f"warm cache: tune {', '.join(f'{t:.2f}' for t in times)} s; builds: {builds[: len(builds) // len(times)]}")
+    build_s = statistics.median(p.get("build", 0.0) for p in phases)
+    return [
+        Result(
+            "warm-cache tune() MLP 512-2048-512, bs [1,2,4,8], inductor JIT + eager",
+            "wall time",
+            Stats.of(times),
+            "s",
+            WARM_TUNE_TARGET_S,
+            f"build {build_s:.2f} s of it; cold {cold['tune_s']:.1f} s; log: {'; '.join(dict.fromkeys(builds))}",
+            extra={"cold_s": cold["tune_s"], "phases": phases, "builds": builds},
+        )
+    ]
+
+
+def markdown(table: list[dict[str, Any]]) -> str:
+    """The "selection" table of docs/benchmarks.md."""
+    lines = [
+        "| model | batch | chosen (runs) | fastest alone | quality median (worst) | agreement | tune() median |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in table:
+        spec = row["spec"]
+        if "skipped" in row:
+            lines.append(f"| {spec.label} | - | skipped: {row['skipped']} | | | | |")
+            continue
+        for size, cell in row["sizes"].items():
+            lines.append(
+                f"| {spec.label} | {size} | {cell['chosen']} | {cell['best']} | "
+                f"{cell['median']:.2f} ({cell['min']:.2f}) | {row['agree']}/{row['runs']} | {row['tune_s']:.1f} s |"
+            )
+    return "\n".join(lines)
+
+
+def run(options: Options) -> list[Result]:
+    work = Path(tempfile.mkdtemp(prefix="aitune-bench-selection-"))
+    started = time.perf_counter()
+    try:
+        results = traps(options, work)
+        results += warm_cache(options, work)
+        found, table = selection(options, work)
+        results += found
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(markdown(table), flush=True)
+    print(f"selection suite: {time.perf_counter() - started:.0f} s", flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    sys.exit(_worker(sys.argv[1:]))
