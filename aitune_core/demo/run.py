@@ -66,10 +66,8 @@ def agreement(report: TuneReport, module: str, measured: BatchComparison) -> str
 
 
 def _serving_at(report: TuneReport, module: str, size: int) -> CandidateResult | None:
-    for graph in report.graphs:
-        if graph.module == module:
-            return next((c for c in graph.candidates if c.status == "selected" and c.serves_batch(size)), None)
-    return None
+    graph = next((graph for graph in report.graphs if graph.module == module), None)
+    return graph.serving_at(size) if graph is not None else None
 
 
 def _load_hint(path: str, model_name: str) -> str:

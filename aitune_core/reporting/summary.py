@@ -61,6 +61,10 @@ class GraphReport:
             serving, key=lambda c: max((h if h is not None else math.inf for _, h in c.serves), default=math.inf)
         )
 
+    def serving_at(self, size: int) -> CandidateResult | None:
+        """The selected candidate that serves batch ``size``; None where eager does."""
+        return next((c for c in self.candidates if c.status == "selected" and c.serves_batch(size)), None)
+
     @property
     def serving(self) -> list[CandidateResult]:
         """Every row that serves a batch range, lowest range first."""
@@ -179,11 +183,7 @@ def _eager_serves(report: GraphReport) -> str:
 
 def _winners(report: GraphReport) -> dict[int, CandidateResult | None]:
     """Which selected candidate serves each compared batch size (None: eager)."""
-    found: dict[int, CandidateResult | None] = {}
-    for measurement in report.eager_sweep:
-        size = measurement.batch_size
-        found[size] = next((c for c in report.candidates if c.status == "selected" and c.serves_batch(size)), None)
-    return found
+    return {measurement.batch_size: report.serving_at(measurement.batch_size) for measurement in report.eager_sweep}
 
 
 def _reason(candidate: CandidateResult) -> str:
