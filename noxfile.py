@@ -42,6 +42,12 @@ class Plugin:
     needs: tuple[str, ...]
     statuses: tuple[str, ...]
     together: bool
+    extras: tuple[str, ...] = ()
+
+    @property
+    def target(self) -> str:
+        """What pip installs: the folder, with the extras its tests need (``[tool.aitune.nox] extras``)."""
+        return f"./{self.path}[{','.join(self.extras)}]" if self.extras else f"./{self.path}"
 
 
 def discover() -> dict[str, Plugin]:
@@ -67,6 +73,7 @@ def discover() -> dict[str, Plugin]:
             needs=tuple(r.removeprefix("aitune-") for r in requirements if r in found),
             statuses=tuple(settings.get("statuses", ("loaded",))),
             together=bool(settings.get("together", True)),
+            extras=tuple(settings.get("extras", ())),
         )
     return plugins
 
@@ -81,19 +88,24 @@ TOGETHER = [key for key, plugin in PLUGINS.items() if plugin.together]
 nox.options.sessions = ["lint", "tests_core", "tests_plugin", "tests_all"]
 
 
-def constraints() -> list[str]:
-    path = os.environ.get("AITUNE_CONSTRAINTS", str(ROOT / "constraints.txt"))
+def constraints(default: Path = ROOT / "constraints.txt") -> list[str]:
+    """``-c`` with ``AITUNE_CONSTRAINTS`` where it is set (empty: none), else with ``default``."""
+    path = os.environ.get("AITUNE_CONSTRAINTS", str(default))
     return ["-c", path] if path else []
 
 
-def install(session: nox.Session, *targets: str) -> None:
-    session.install(*constraints(), *targets)
+def install(session: nox.Session, *targets: str, default: Path = ROOT / "constraints.txt") -> None:
+    session.install(*constraints(default), *targets)
 
 
-def pytest(session: nox.Session, *paths: str) -> None:
+def pytest(session: nox.Session, *paths: str, env: dict[str, str] | None = None) -> None:
     # One Inductor cache per session: compiles done by one test are reused by the next.
     cache = Path(session.create_tmp()) / "inductor-cache"
-    env = {"TORCHINDUCTOR_CACHE_DIR": str(cache), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    env = {
+        "TORCHINDUCTOR_CACHE_DIR": str(cache),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
+        **(env or {}),
+    }
     session.run("pytest", "-q", "-p", "no:cacheprovider", *paths, *session.posargs, env=env)
 
 
@@ -146,7 +158,7 @@ def tests_core(session: nox.Session) -> None:
 def tests_plugin(session: nox.Session, name: str) -> None:
     """The core and one plugin (with the plugins it needs), installed from their pyproject.toml."""
     names = with_needs([name])
-    install(session, ".", *(f"./{PLUGINS[n].path}" for n in names), "pytest")
+    install(session, ".", *(PLUGINS[n].target for n in names), "pytest")
     check_listing(session, names)
     # importlib mode: the tests import the installed plugin, not the source folder beside them.
     pytest(session, "--import-mode=importlib", PLUGINS[name].path)
@@ -156,7 +168,7 @@ def tests_plugin(session: nox.Session, name: str) -> None:
 def tests_all(session: nox.Session) -> None:
     """Everything installed together: the core tests, then every plugin's tests."""
     names = with_needs(TOGETHER)
-    install(session, ".", *(f"./{PLUGINS[n].path}" for n in names), "pytest")
+    install(session, ".", *(PLUGINS[n].target for n in names), "pytest")
     check_listing(session, names)
     pytest(session, "tests")
     for name in names:
@@ -164,11 +176,38 @@ def tests_all(session: nox.Session) -> None:
         pytest(session, "--import-mode=importlib", PLUGINS[name].path)
 
 
+MODELS_PLUGINS = ["transformers", "inductor", "onnx"]
+
+
+@nox.session
+def tests_models(session: nox.Session) -> None:
+    """Real architectures through tune, probes against eager, fallback, save and a fresh-process load.
+
+    timm's resnet18 and ViT, BERT, T5's encoder and GPT-2 (a greedy loop over its KV
+    cache, and without it), each from a tiny config with random weights: nothing comes
+    from a hub. Not a default session: it installs timm, transformers and torch with
+    torchvision (several GB, pinned by ``constraints-models.txt``, which says why), and
+    compiles for minutes. ``AITUNE_CONSTRAINTS`` replaces that file as for every session.
+    """
+    names = with_needs(MODELS_PLUGINS)
+    install(
+        session,
+        ".",
+        *(PLUGINS[n].target for n in names),
+        "timm",
+        "transformers",
+        "pytest",
+        default=ROOT / "constraints-models.txt",
+    )
+    check_listing(session, names)
+    pytest(session, "tests_models", env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff over everything, mypy over the core and over every plugin (each from its own folder)."""
     names = with_needs(TOGETHER)
-    install(session, "ruff", "mypy", ".", *(f"./{PLUGINS[n].path}" for n in names))
+    install(session, "ruff", "mypy", ".", *(PLUGINS[n].target for n in names))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", "aitune_core")
     session.run("mypy", "aitune_core")
@@ -185,5 +224,5 @@ def lint(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """The benchmarks, with every plugin installed: ``nox -s bench -- [suite ...] [--threads N]``."""
     names = with_needs(TOGETHER)
-    install(session, ".", *(f"./{PLUGINS[n].path}" for n in names), "matplotlib")
+    install(session, ".", *(PLUGINS[n].target for n in names), "matplotlib")
     session.run("python", "-m", "bench", *session.posargs)

@@ -28,9 +28,9 @@ import torch
 from aitune_core.config import config
 from aitune_core.context import BATCH_SIZE_KEY, global_context
 from aitune_core.data import check_batch_sizes, samples_generator
-from aitune_core.executors.base import Executor
+from aitune_core.executors.base import Executor, ExecutorError
 from aitune_core.executors.registry import resolve_executor
-from aitune_core.guard import ModuleGuard, TrainingModes, refusing_training
+from aitune_core.guard import ModuleChangedError, ModuleGuard, ModuleRestoreError, TrainingModes, refusing_training
 from aitune_core.log import get_logger
 from aitune_core.module.router import Route
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module
@@ -250,10 +250,31 @@ def _tune_graphs(
             f"Graph {graph.name} of module `{module.name}`", graph.describe(), module=module.name, graph=graph.name
         )
         cache_dir = config.cache_dir / module.name / graph.name
-        with torch.no_grad():
-            backend = strategy.tune(
-                module.module, module.name, graph, record.samples, device, cache_dir, module.signature, executor, guard
-            )
+        try:
+            with torch.no_grad():
+                backend = strategy.tune(
+                    module.module,
+                    module.name,
+                    graph,
+                    record.samples,
+                    device,
+                    cache_dir,
+                    module.signature,
+                    executor,
+                    guard,
+                )
+        except (ModuleChangedError, ModuleRestoreError, ExecutorError):
+            raise  # the user's module is at stake, or the setup is wrong: tune() stops and puts every route back
+        except Exception as error:
+            if strategy.session is None or getattr(strategy, "surfaces_errors", False):
+                raise
+            # One graph that cannot be tuned (eager itself fails on a generated input, say)
+            # stays eager with the reason in its row; the graphs already tuned keep theirs.
+            reason = f"tuning this graph raised {type(error).__name__}: {error}"
+            log.warning("graph left eager", graph=graph.name, reason=reason)
+            _release_candidates(strategy)
+            with torch.no_grad():
+                backend = strategy.eager_fallback(reason)
         graph_report = GraphReport(
             module.name,
             graph.name,
@@ -271,6 +292,14 @@ def _tune_graphs(
             )
         routes[graph.key] = Route(graph, backend, strategy.lower)
     return routes
+
+
+def _release_candidates(strategy: TuneStrategy) -> None:
+    """Free what a strategy that stopped half-way had built: none of it will serve."""
+    strategy.lower, strategy.eager_serves = [], []
+    for result in strategy.results:
+        if result.instance is not None:
+            strategy.discard(result)
 
 
 def _phase_totals(report: TuneReport) -> dict[str, float]:

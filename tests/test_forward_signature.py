@@ -188,3 +188,17 @@ def test_plans_are_cached_per_call_shape() -> None:
     signature.normalize((1,), {"mask": 1})
     assert len(signature._plans) == 2
     assert signature.normalize((7,), {}) == {"x": 7}
+
+
+def test_as_bound_gives_calls_the_form_validation_used():
+    def forward(x, mask=None, *, scale=1.0):
+        return x
+
+    signature = ForwardSignature(forward)
+    x, mask = object(), object()
+    keyword = signature.normalize((), {"x": x, "mask": mask})
+    assert signature.as_bound((), {"x": x, "mask": mask}, keyword) == ((x, mask), {})
+    positional = signature.normalize((x,), {"scale": 2.0})
+    args, kwargs = (x,), {"scale": 2.0}
+    bound = signature.as_bound(args, kwargs, positional)
+    assert bound[0] is args and bound[1] is kwargs  # already in that form: passed through as given

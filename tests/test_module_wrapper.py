@@ -158,7 +158,9 @@ def test_unsupported_argument_object_is_recorded_as_a_leaf(unique_name: Name, at
     out = at_batch(module, 1, torch.ones(1, 2), options)
     assert torch.equal(out, torch.full((1, 2), 3.0))
     (sample,) = samples(module)[0]
-    assert sample.arguments["options"] is options
+    # Kept as a copy: a forward that changed the object later must not change the stored sample.
+    stored = sample.arguments["options"]
+    assert type(stored) is Options and stored is not options and stored.factor == 3.0
 
 
 def test_ten_thousand_tensor_leaves(unique_name: Name, at_batch: Call) -> None:

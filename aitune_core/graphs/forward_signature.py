@@ -43,6 +43,7 @@ class ForwardSignature:
         except (TypeError, ValueError):  # builtins and C functions without a signature
             self.signature = None
         self._plans: dict[tuple[int, tuple[str, ...]], _Plan] = {}
+        self._bound_as_given: dict[tuple[int, tuple[str, ...]], bool] = {}
 
     @property
     def parameter_names(self) -> list[str]:
@@ -72,6 +73,24 @@ class ForwardSignature:
             else:
                 result[name] = {key: kwargs[key] for key in where}
         return result
+
+    def as_bound(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], arguments: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The call in the form :meth:`bind` gives, the form backends were validated with.
+
+        A compiled backend guards on how it was called (``len(args) == 1``): a user who
+        passes ``input_ids=`` by keyword where validation passed it by position would
+        make it compile again on the first served call. Calls already in that form
+        (most) are passed through; which ones are is worked out once per call shape.
+        """
+        shape = (len(args), tuple(kwargs))
+        as_given = self._bound_as_given.get(shape)
+        if as_given is None:
+            bound_args, bound_kwargs = self.bind(arguments)
+            as_given = len(bound_args) == len(args) and tuple(bound_kwargs) == tuple(kwargs)
+            self._bound_as_given[shape] = as_given
+        return (args, kwargs) if as_given else self.bind(arguments)
 
     def bind(self, arguments: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The inverse of :meth:`normalize`: turn named arguments back into a call."""

@@ -10,32 +10,24 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
-import torch
-
 from aitune_core.config import config
 from aitune_core.context import current_batch_size
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.graphs.keying import graph_key, leaf_value_key
 from aitune_core.log import get_logger
-from aitune_core.metadata.locator import Locator, map_leaves
+from aitune_core.metadata.copies import owned_copy
+from aitune_core.metadata.locator import Locator
 from aitune_core.metadata.sample_metadata import SampleMetadata
 
 
 def copy_to_host(value: Any) -> Any:
     """A copy of a call's arguments that the forward cannot mutate, kept off the accelerator.
 
-    Meta tensors have no data to copy and stay as they are.
+    Objects aitune cannot look into (a cache, a user object) are deep-copied, so a
+    forward that changes them later leaves the stored sample as it was recorded.
     """
-
-    def copy(_locator: Locator, leaf: Any) -> Any:
-        if isinstance(leaf, torch.Tensor):
-            if leaf.is_meta:
-                return leaf
-            return leaf.detach().to("cpu", copy=True)
-        return leaf
-
-    return map_leaves(value, Locator(None), copy)
+    return owned_copy(value, "cpu")
 
 
 class GraphRecord:

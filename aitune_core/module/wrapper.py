@@ -277,6 +277,7 @@ class Module(nn.Module):
                     return self._inner(*args, **kwargs)
                 if change is None or (change.kind == Change.WEIGHTS and route.follows_weights):
                     if not _grad_enabled() or not route.takes_grad(arguments):
+                        args, kwargs = self._signature.as_bound(args, kwargs, arguments)
                         return call(*args, **kwargs)
                     change = GRAD_CHANGE
                 return self._bypass(change, args, kwargs)

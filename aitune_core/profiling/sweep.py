@@ -2,7 +2,8 @@
 
 The search doubles the batch from the largest recorded one, and stops at the first of:
 throughput no longer rising by ``saturation``, the memory guard, an out-of-memory
-error, ``max_batch_size``, or the time budget. Without such bounds a search can climb
+error, any other error from the model at that size (logged as "batch search skipped"),
+``max_batch_size``, or the time budget. Without such bounds a search can climb
 to batch 262,144 and spend half an hour there.
 """
 
@@ -64,14 +65,22 @@ def search_max_batch(
     best: Measurement | None = None
     batch = start
     while batch <= config.max_batch_size:
-        call = make_call(batch)
-        if memory is not None and call_bytes(call) * 4 > memory * MEMORY_FRACTION:
-            log.info("max batch search stopped", reason="memory guard", batch_size=batch)
-            break
         try:
+            call = make_call(batch)
+            if memory is not None and call_bytes(call) * 4 > memory * MEMORY_FRACTION:
+                log.info("max batch search stopped", reason="memory guard", batch_size=batch)
+                break
             result = measure(fn, call, step, batch, timer)
         except torch.OutOfMemoryError:
             log.info("max batch search stopped", reason="out of memory", batch_size=batch)
+            break
+        except Exception as error:  # a model that cannot run at this size ends the search, not tune()
+            log.warning(
+                "batch search skipped",
+                reason=f"eager raised {type(error).__name__} at batch {batch}: {error}",
+                batch_size=batch,
+                fix="register the input's container type so its tensors resize with the batch",
+            )
             break
         measurements.append(result)
         if best is not None and result.throughput < best.throughput * config.saturation:

@@ -45,15 +45,18 @@ class WallClock(Timer):
         sync = synchronizer(call)
         with torch.no_grad():
             for _ in range(iterations):
-                fn(*call.args, **call.kwargs)
+                args, kwargs = call.bound()
+                fn(*args, **kwargs)
         sync()
 
     def time(self, name: str, fn: Callable[..., Any], call: CallInputs, batch_size: int, calls: int) -> list[float]:
         sync = synchronizer(call)
-        args, kwargs = call.args, call.kwargs
         latencies = []
         with torch.no_grad():
             for _ in range(calls):
+                args, kwargs = call.bound()
+                if call.fresh is not None:
+                    sync()  # the copy is made before the clock starts
                 tick = time.perf_counter()
                 fn(*args, **kwargs)
                 sync()

@@ -63,11 +63,40 @@ def compare_outputs(candidate: Any, reference: Any, tolerances: Tolerances) -> C
         elif isinstance(expected, (int, float)) and not isinstance(expected, bool):
             problem = _compare_number(path, value, expected, tolerances, result)
         else:
-            problem = None if value == expected else f"`{path}` is {value!r}, eager gives {expected!r}"
+            problem = _compare_other(path, value, expected)
         if problem is not None:
             result.problem = problem
             return result
     return result
+
+
+OPAQUE_FIX = (
+    "register its type as a container so that its tensors are compared "
+    "(aitune_core.register_container, or a plugin's aitune_register_containers hook; "
+    "aitune-transformers registers transformers' caches), or leave it out of the outputs "
+    "(for a language model, pass use_cache=False)"
+)
+
+
+def _compare_other(path: str, value: Any, expected: Any) -> str | None:
+    """Plain values by ``==``; an object aitune cannot look into is named, with the fix, not shown twice."""
+    if type(value) is not type(expected):
+        return f"`{path}` is a {type(value).__name__}, eager gives a {type(expected).__name__}"
+    if type(expected).__eq__ is object.__eq__:
+        if value is expected:
+            return None
+        return f"`{path}` is a {type(expected).__qualname__}, which aitune cannot look into to compare: {OPAQUE_FIX}"
+    try:
+        same = bool(value == expected)
+    except Exception as error:  # an __eq__ that cannot answer (tensors inside) is not a verdict
+        return f"`{path}` ({type(expected).__qualname__}) cannot be compared ({type(error).__name__}): {OPAQUE_FIX}"
+    if same:
+        return None
+    shown, wanted = repr(value), repr(expected)
+    if shown == wanted:
+        kind = type(expected).__qualname__
+        return f"`{path}` ({kind}) differs from eager's in what its repr does not show: {OPAQUE_FIX}"
+    return f"`{path}` is {shown}, eager gives {wanted}"
 
 
 def _compare_number(path: str, value: Any, expected: float, tolerances: Tolerances, result: Comparison) -> str | None:

@@ -7,6 +7,7 @@ from recorded data (see ``SampleMetadata.make_shape``), as the dynamic-shapes RF
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -14,6 +15,7 @@ import torch
 
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
+from aitune_core.metadata.copies import holds_state, owned_copy
 from aitune_core.metadata.locator import Locator, map_leaves
 
 
@@ -25,6 +27,12 @@ class CallInputs:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     batch_size: int | None = None
+    fresh: Callable[[], tuple[tuple[Any, ...], dict[str, Any]]] | None = None
+    """Where the arguments hold state a call changes (a KV cache): makes a new copy of them."""
+
+    def bound(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The arguments for one call: a copy of their own where a call would change them."""
+        return self.fresh() if self.fresh is not None else (self.args, self.kwargs)
 
 
 def to_device(value: Any, device: torch.device) -> Any:
@@ -43,8 +51,10 @@ def as_call(
     device: torch.device,
     batch_size: int | None = None,
 ) -> CallInputs:
-    args, kwargs = signature.bind(to_device(arguments, device))
-    return CallInputs(label, args, kwargs, batch_size)
+    placed = to_device(arguments, device)
+    args, kwargs = signature.bind(placed)
+    fresh = (lambda: signature.bind(owned_copy(placed))) if holds_state(placed) else None
+    return CallInputs(label, args, kwargs, batch_size, fresh)
 
 
 def _shape_signature(arguments: dict[str, Any], graph: GraphSpec) -> tuple[tuple[int, ...], ...]:

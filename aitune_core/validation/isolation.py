@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from aitune_core.metadata.copies import copy_leaf
 from aitune_core.metadata.locator import Locator, map_leaves, walk_inputs
 
 
@@ -25,14 +26,8 @@ def map_inputs(arguments: dict[str, Any], fn: Any) -> dict[str, Any]:
 
 
 def fresh_copy(arguments: dict[str, Any], device: torch.device | None = None) -> dict[str, Any]:
-    """A copy of every tensor (moved to ``device`` when given) that no other call shares."""
-
-    def copy(_locator: Locator, leaf: Any) -> Any:
-        if not isinstance(leaf, torch.Tensor) or leaf.is_meta:
-            return leaf
-        return leaf.detach().to(device if device is not None else leaf.device, copy=True)
-
-    return map_inputs(arguments, copy)
+    """A copy of every tensor (moved to ``device`` when given) and every mutable object, that no other call shares."""
+    return map_inputs(arguments, lambda _locator, leaf: copy_leaf(leaf, device))
 
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:
