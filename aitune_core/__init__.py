@@ -19,6 +19,7 @@ from aitune_core._version import __version__
 # then shadow the lazy ``__getattr__`` and make ``aitune_core.config.strict_mode = ...``
 # a silent no-op. Binding the instance here, after the submodule is loaded, keeps it.
 from aitune_core.config import config
+from aitune_core.lazy_exports import lazy_exports as _lazy_exports
 
 
 def _load_plugins() -> None:
@@ -119,19 +120,13 @@ __all__ = [
 ]
 
 
+_export, __dir__ = _lazy_exports(globals(), _EXPORTS, lambda name: f"module 'aitune_core' has no attribute {name!r}")
+
+
 def __getattr__(name: str) -> Any:
     if name in _SUBPACKAGES:
         return importlib.import_module(f"aitune_core.{name}")
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'aitune_core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return _export(name)
 
 
 if TYPE_CHECKING:

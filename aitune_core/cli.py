@@ -1,13 +1,15 @@
 """The ``aitune`` command line (also ``python -m aitune_core.cli``).
 
 Each subcommand is registered by a small ``add_<name>_command(subparsers)`` function
-listed in :data:`COMMANDS`; it adds its parser and sets ``handler`` to a function
-taking the parsed arguments and returning the exit status.
+listed in :data:`COMMANDS`, through :func:`add_command`: its handler takes the parsed
+arguments and returns the exit status, and the handler's docstring is what the user
+reads as the command's description in ``--help``.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -17,19 +19,15 @@ Subparsers = Any  # argparse's _SubParsersAction, which is private
 Handler = Callable[[argparse.Namespace], int]
 
 
+def add_command(subparsers: Subparsers, name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(name, help=help, description=inspect.getdoc(handler))
+    parser.set_defaults(handler=handler)
+    return parser
+
+
 # --------------------------------------------------------------------------- aitune plugins
 def add_plugins_command(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        "plugins",
-        help="list the installed aitune plugins and their status",
-        description=(
-            "List every plugin found in the 'aitune.plugins' entry-point group: its distribution, version, "
-            "status (loaded, failed, unavailable on this machine, or disabled) with the reason, and the "
-            "backends it registers. Broken plugins are listed, never fatal; with AITUNE_STRICT_PLUGINS=1 "
-            "the exit status is 1 when one failed. With --candidates, also the default candidate backends "
-            "the plugins offer for a device, and why those that cannot run there cannot."
-        ),
-    )
+    parser = add_command(subparsers, "plugins", run_plugins, "list the installed aitune plugins and their status")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
         "--candidates",
@@ -37,10 +35,15 @@ def add_plugins_command(subparsers: Subparsers) -> None:
         help="also list the default candidates the plugins offer for --device, with why unavailable ones are",
     )
     parser.add_argument("--device", default=None, help="device for --candidates (default: cuda if available, else cpu)")
-    parser.set_defaults(handler=run_plugins)
 
 
 def run_plugins(args: argparse.Namespace) -> int:
+    """List every plugin found in the 'aitune.plugins' entry-point group: its distribution, version,
+    status (loaded, failed, unavailable on this machine, or disabled) with the reason, and the
+    backends it registers. Broken plugins are listed, never fatal; with AITUNE_STRICT_PLUGINS=1
+    the exit status is 1 when one failed. With --candidates, also the default candidate backends
+    the plugins offer for a device, and why those that cannot run there cannot.
+    """
     from aitune_core._version import __version__
     from aitune_core.plugins.api import PLUGIN_API_VERSION
     from aitune_core.plugins.loader import strict_from_env
@@ -105,24 +108,20 @@ def _candidate_rows(registry: Any, device: str) -> list[dict[str, Any]]:
 def add_demo_command(subparsers: Subparsers) -> None:
     from aitune_core.demo.models import DEMO_MODELS
 
-    parser = subparsers.add_parser(
-        "demo",
-        help="tune a bundled model with every available backend and show the speedup",
-        description=(
-            "Tune a model that ships with aitune (nothing is downloaded) with MaxThroughputStrategy over the "
-            "default candidates of every installed plugin, on CUDA when there is a GPU and on the CPU otherwise, "
-            "then time the tuned model against the original."
-        ),
-    )
+    summary = "tune a bundled model with every available backend and show the speedup"
+    parser = add_command(subparsers, "demo", run_demo_command, summary)
     parser.add_argument("--model", choices=sorted(DEMO_MODELS), default="cnn", help="which bundled model")
     parser.add_argument("--batch-sizes", default="1,2,4,8", help="comma-separated batch sizes (default 1,2,4,8)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--save", metavar="PATH", default=None, help="also save the tuned model to a checkpoint")
-    parser.set_defaults(handler=run_demo_command)
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
+    """Tune a model that ships with aitune (nothing is downloaded) with MaxThroughputStrategy over the
+    default candidates of every installed plugin, on CUDA when there is a GPU and on the CPU otherwise,
+    then time the tuned model against the original.
+    """
     import torch
 
     from aitune_core.demo.run import run_demo
@@ -143,23 +142,18 @@ def run_demo_command(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- aitune inspect
 def add_inspect_command(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        "inspect",
-        help="show what a checkpoint holds",
-        description=(
-            "Print a checkpoint's modules, graphs with their shape tables, backends, plugins and sizes, and what "
-            "loading it would run (native code, recompiles). Every file's sha256 is checked first; a malformed or "
-            "altered checkpoint is reported in one line with exit status 1."
-        ),
-    )
+    parser = add_command(subparsers, "inspect", run_inspect, "show what a checkpoint holds")
     parser.add_argument("checkpoint", help="a checkpoint folder or archive written by aitune_core.save")
     parser.add_argument(
         "--no-verify", action="store_true", help="skip checking the files' sha256 (faster on huge ones)"
     )
-    parser.set_defaults(handler=run_inspect)
 
 
 def run_inspect(args: argparse.Namespace) -> int:
+    """Print a checkpoint's modules, graphs with their shape tables, backends, plugins and sizes, and what
+    loading it would run (native code, recompiles). Every file's sha256 is checked first; a malformed or
+    altered checkpoint is reported in one line with exit status 1.
+    """
     from aitune_core.checkpoint.inspect import describe_checkpoint
     from aitune_core.checkpoint.manifest import CheckpointError
 
@@ -176,23 +170,19 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- aitune new-plugin
 def add_new_plugin_command(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        "new-plugin",
-        help="write a new backend plugin project that already passes the conformance suite",
-        description=(
-            "Write a plugin project into PATH/NAME: pyproject.toml with the 'aitune.plugins' entry point, a backend "
-            "that runs a copy of the module (with TODO markers where the compiler goes), the plugin module, a "
-            "conformance test, a README and a noxfile that tests it against a chosen aitune-core. NAME is the "
-            "distribution name and the folder (lowercase letters, digits and dashes); the package is NAME with "
-            "dashes as underscores, and the backend is named after the package, without a leading 'aitune_'."
-        ),
-    )
+    summary = "write a new backend plugin project that already passes the conformance suite"
+    parser = add_command(subparsers, "new-plugin", run_new_plugin, summary)
     parser.add_argument("name", metavar="NAME", help="distribution name, e.g. aitune-mycompiler")
     parser.add_argument("--path", default=".", help="the folder to write NAME/ into (default: the current folder)")
-    parser.set_defaults(handler=run_new_plugin)
 
 
 def run_new_plugin(args: argparse.Namespace) -> int:
+    """Write a plugin project into PATH/NAME: pyproject.toml with the 'aitune.plugins' entry point, a backend
+    that runs a copy of the module (with TODO markers where the compiler goes), the plugin module, a
+    conformance test, a README and a noxfile that tests it against a chosen aitune-core. NAME is the
+    distribution name and the folder (lowercase letters, digits and dashes); the package is NAME with
+    dashes as underscores, and the backend is named after the package, without a leading 'aitune_'.
+    """
     from aitune_core.authoring.new_plugin import NewPluginError, next_steps, write_plugin
 
     try:
@@ -213,25 +203,21 @@ def add_plugins_check_command(subparsers: Subparsers) -> None:
     plugins = subparsers.choices["plugins"]
     listing = plugins.format_usage().removeprefix("usage: ").strip()
     commands = plugins.add_subparsers(title="subcommands", metavar="SUBCOMMAND", required=False)
-    parser = commands.add_parser(
-        "check",
-        help="run the conformance suite against an installed plugin's backends",
-        description=(
-            "Run aitune's conformance suite (aitune_core.testing.BackendConformance) against each backend of an "
-            "installed plugin, with its default config, on a small MLP, at the tolerances tuning validates float32 "
-            "with, in a pytest child process that loads only that plugin. Prints a summary; the exit status is 0 "
-            "only when every backend passed."
-        ),
-    )
+    summary = "run the conformance suite against an installed plugin's backends"
+    parser = add_command(commands, "check", run_plugins_check, summary)
     parser.add_argument("name", metavar="NAME", help="a distribution (aitune-inductor), plugin or backend name")
     parser.add_argument("--device", default="cpu", help="device to check on (default: cpu)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show pytest's output as it runs")
-    parser.set_defaults(handler=run_plugins_check)
     # The generated usage would show the subcommand as required; listing needs none.
     plugins.usage = f"{listing}\n       {parser.format_usage().removeprefix('usage: ').strip()}"
 
 
 def run_plugins_check(args: argparse.Namespace) -> int:
+    """Run aitune's conformance suite (aitune_core.testing.BackendConformance) against each backend of an
+    installed plugin, with its default config, on a small MLP, at the tolerances tuning validates float32
+    with, in a pytest child process that loads only that plugin. Prints a summary; the exit status is 0
+    only when every backend passed.
+    """
     from aitune_core.authoring.plugin_check import check
 
     return check(args.name, device=args.device, verbose=args.verbose)
@@ -251,8 +237,8 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aitune", description="Tune PyTorch inference.")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
-    for add_command in COMMANDS:
-        add_command(subparsers)
+    for register in COMMANDS:
+        register(subparsers)
     return parser
 
 

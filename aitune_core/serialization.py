@@ -19,7 +19,7 @@ from cattrs.cols import homogenous_tuple_structure_factory, is_sequence, list_st
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.v import format_exception
 
-from aitune_core.extensions import slots
+from aitune_core.extensions import Slots, slots
 
 T = TypeVar("T")
 
@@ -127,17 +127,18 @@ def _without_unsafe_options(converter: cattrs.Converter) -> None:
     )
 
 
-_converter: cattrs.Converter | None = None
+_converter: tuple[Slots, cattrs.Converter] | None = None
 
 
 def converter() -> cattrs.Converter:
-    """The process-wide converter, extended by installed plugins on first use."""
+    """The process-wide converter, extended by the installed plugins; made again when other ones are installed."""
     global _converter
-    if _converter is None:
+    current = slots()
+    if _converter is None or _converter[0] is not current:
         built = make_converter()
-        slots().extend_converter(built)
-        _converter = built
-    return _converter
+        current.extend_converter(built)
+        _converter = (current, built)
+    return _converter[1]
 
 
 def _described(error: BaseException, cl: Any) -> str:

@@ -25,6 +25,7 @@ SUITES: dict[str, str] = {
     "tuning": "bench.tuning",
     "selection": "bench.selection",
     "warm_cache": "bench.warm_cache",
+    "decode": "bench.decode",
 }
 
 

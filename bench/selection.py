@@ -257,28 +257,26 @@ def _trap_classes() -> tuple[Any, Any, Any]:
     """The trap model and the two trap backends (defined here so that torch loads only in the subprocess)."""
     import attrs
     import torch
-    from torch import nn
 
     import aitune_core as ait
+    from bench.tuning import SmallMLP
 
     def spin(seconds: float) -> None:
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             pass
 
-    class SpinMLP(nn.Module):
-        """A small MLP that busy-waits ``delay_s`` per call before computing."""
+    class SpinMLP(SmallMLP):
+        """The small MLP, busy-waiting ``delay_s`` per call before computing."""
 
         def __init__(self, delay_s: float) -> None:
             super().__init__()
-            self.up = nn.Linear(16, 32)
-            self.down = nn.Linear(32, 8)
             self.delay_s = delay_s
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             if self.delay_s:
                 spin(self.delay_s)
-            return self.down(torch.relu(self.up(x)))
+            return super().forward(x)
 
     @attrs.frozen
     class SlowTrapConfig(ait.BackendConfig):

@@ -29,27 +29,19 @@ import copy
 import itertools
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 from tabulate import tabulate
 
-from bench.timing import Options, Result, Stats, alternate, calibrate, median, per_call
+from bench import backend_report
+from bench.backend_report import AITUNE_TARGET
+from bench.timing import Options, Result, Stats, median
 
-AITUNE_TARGET = 0.95
 BATCH_SIZES = (1, 64)
 TUNE_BATCH_SIZES = [1, 16, 64]
 RAW = ("eager", "int8wo", "int8dq")
 _names = itertools.count()
-
-
-def _plugin_on_path() -> None:
-    """Let the bench run from a source checkout where the plugin is not installed."""
-    try:
-        import aitune_torchao  # noqa: F401
-    except ImportError:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins" / "aitune_torchao"))
 
 
 def _raw(model: torch.nn.Module, preset: str) -> torch.nn.Module:
@@ -76,20 +68,6 @@ def _aitune(model: torch.nn.Module, samples: list[torch.Tensor]) -> tuple[Any, A
     return wrapped, report
 
 
-def _timer(fn: Callable[[torch.Tensor], Any], batch: torch.Tensor) -> Callable[[], float]:
-    def call() -> Any:
-        return fn(batch)
-
-    with torch.no_grad():
-        number = calibrate(call, target_s=0.05)
-
-    def measure() -> float:
-        with torch.no_grad():
-            return per_call(call, number)
-
-    return measure
-
-
 def _tuning_rows(report: Any) -> list[dict[str, Any]]:
     """What the strategy measured for each candidate while tuning."""
     rows = []
@@ -112,7 +90,7 @@ def _tuning_rows(report: Any) -> list[dict[str, Any]]:
 
 def measure_all(rounds: int = 15, threads: int = 1) -> dict[str, Any]:
     """Every batch size and variant; times kept raw (seconds) under ``_times`` for the suite runner."""
-    _plugin_on_path()
+    backend_report.plugin_on_path("aitune_torchao")
     from aitune_core.demo.models import build_demo
 
     previous_threads = torch.get_num_threads()
@@ -139,7 +117,7 @@ def measure_all(rounds: int = 15, threads: int = 1) -> dict[str, Any]:
             with torch.no_grad():
                 expected = model(batch)
                 errors = {name: float((fn(batch) - expected).abs().max()) for name, fn in variants.items()}
-            times = alternate({name: _timer(fn, batch) for name, fn in variants.items()}, rounds=rounds)
+            times = backend_report.measure_variants(variants, batch, rounds, target_s=0.05)
             medians = {name: median(values) for name, values in times.items()}
             best_raw = min(RAW, key=lambda name: medians[name])
             results["batches"][size] = {

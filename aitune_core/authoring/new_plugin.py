@@ -12,14 +12,17 @@ without a leading ``aitune_``, since inside aitune the prefix says nothing::
     demo-x         distribution demo-x,         package demo_x,         backend demo_x
     aitune-demo-x  distribution aitune-demo-x,  package aitune_demo_x,  backend demo_x
 
-Only the standard library and aitune-core's version are used here: generating a
-project loads no plugin and imports nothing of torch's beyond what ``aitune_core``
-already has.
+The project's files are :class:`string.Template` texts under ``template/`` (package
+data): placeholders such as ``$package`` and ``${cls}`` are filled in by :func:`render`,
+and a literal dollar sign is ``$$``. Only the standard library and aitune-core's
+version are used here: generating a project loads no plugin and imports nothing of
+torch's beyond what ``aitune_core`` already has.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.resources
 import importlib.util
 import json
 import keyword
@@ -30,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aitune_core._version import __version__
-from aitune_core.authoring import templates
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 MAX_NAME_LENGTH = 40
@@ -157,19 +159,24 @@ def render(
         "torch_pin": torch_pin(torch_version),
     }
     files = {
-        "pyproject.toml": templates.PYPROJECT,
-        "README.md": templates.README,
-        "noxfile.py": templates.NOXFILE,
-        "constraints.txt": templates.CONSTRAINTS,
-        "conftest.py": templates.CONFTEST,
-        ".gitignore": templates.GITIGNORE,
-        f"{names.package}/__init__.py": templates.INIT,
-        f"{names.package}/backend.py": templates.BACKEND,
-        f"{names.package}/plugin.py": templates.PLUGIN,
-        f"{names.package}/py.typed": "",
-        f"tests/test_{names.package}.py": templates.TEST,
+        "pyproject.toml": "pyproject.toml",
+        "README.md": "README.md",
+        "noxfile.py": "noxfile.py",
+        "constraints.txt": "constraints.txt",
+        "conftest.py": "conftest.py",
+        ".gitignore": "gitignore",
+        f"{names.package}/__init__.py": "__init__.py",
+        f"{names.package}/backend.py": "backend.py",
+        f"{names.package}/plugin.py": "plugin.py",
+        f"{names.package}/py.typed": "py.typed",
+        f"tests/test_{names.package}.py": "test.py",
     }
-    return {path: string.Template(text).substitute(values) for path, text in files.items()}
+    return {path: string.Template(template(name)).substitute(values) for path, name in files.items()}
+
+
+def template(name: str) -> str:
+    """The text of ``template/<name>.tmpl``; the suffix keeps tools from taking them for the core's own files."""
+    return (importlib.resources.files(__package__) / "template" / f"{name}.tmpl").read_text(encoding="utf-8")
 
 
 def check_target(target: Path) -> None:

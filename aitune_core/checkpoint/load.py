@@ -177,7 +177,10 @@ def _apply_module(model: nn.Module, plan: ModulePlan, snapshot: ModelSnapshot, f
                 context.cache_dir.mkdir(parents=True, exist_ok=True)
                 if backend.is_jit:
                     get_logger(module=entry.name, graph=spec.name).info(
-                        "recompiling JIT backend from stored samples", backend=stored.description
+                        "recompiling JIT backend from stored samples"
+                        if graph.samples
+                        else "JIT backend compiles on its first call (no samples stored)",
+                        backend=stored.description,
                     )
                 backend.deploy(context)
         routes[spec.key] = Route(spec, graph.backend, graph.lower)

@@ -166,13 +166,10 @@ def check_weights(module: nn.Module, weights: Any) -> None:
         and isinstance(weights[name], torch.Tensor)
         and weights[name].shape != tensor.shape
     ]
-    problems = []
-    if missing:
-        problems.append(f"missing {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
-    if unexpected:
-        problems.append(f"unexpected {', '.join(unexpected[:5])}{' ...' if len(unexpected) > 5 else ''}")
-    if wrong:
-        problems.append(f"other shapes: {', '.join(wrong[:5])}{' ...' if len(wrong) > 5 else ''}")
+    found = {"missing": missing, "unexpected": unexpected, "other shapes:": wrong}
+    problems = [
+        f"{kind} {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}" for kind, names in found.items() if names
+    ]
     if problems:
         raise CheckpointError(
             "its weights do not fit this model (" + "; ".join(problems) + "); build the model with the same "

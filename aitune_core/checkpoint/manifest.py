@@ -17,6 +17,7 @@ import cattrs
 
 from aitune_core.backends.state import BackendState
 from aitune_core.graphs.spec_data import GraphSpecData
+from aitune_core.serialization import make_converter
 
 FORMAT_VERSION = 3
 MANIFEST_NAME = "manifest.json"
@@ -140,31 +141,8 @@ class Manifest:
         return refs
 
 
-def _strict(kind: type) -> Callable[[Any, Any], Any]:
-    """Structure a JSON scalar only when it already has the type the field declares.
-
-    cattrs' default would call ``str(value)`` or ``bool(value)`` on anything, turning a
-    list or a dict written into a string field into text instead of refusing it.
-    """
-
-    def structure(value: Any, _: Any) -> Any:
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r:.60}")
-        return value
-
-    return structure
-
-
-def _make_converter() -> cattrs.Converter:
-    converter = cattrs.Converter()
-    for kind in (str, int, float, bool):
-        converter.register_structure_hook(kind, _strict(kind))
-    return converter
-
-
-_converter = _make_converter()
+_converter = make_converter()
+"""The core converter, without plugins' hooks: a manifest holds backend configs as plain data."""
 
 
 def manifest_text(manifest: Manifest) -> bytes:

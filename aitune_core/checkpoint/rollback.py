@@ -2,9 +2,10 @@
 
 Applying a checked plan can still fail (a backend that cannot deploy here, a device
 that runs out of memory). The snapshot keeps what applying changes: each parameter's
-and buffer's tensor and a copy of its values, each submodule's mode, the submodules
-swapped for wrappers, and the routes of wrappers that were already there. Restoring
-puts the same objects back, so references the user holds stay valid.
+and buffer's tensor and a copy of its values, each submodule's mode (all as the tuning
+guard keeps them, :mod:`aitune_core.guard`), the submodules swapped for wrappers, and
+the routes of wrappers that were already there. Restoring puts the same objects back,
+so references the user holds stay valid.
 """
 
 from __future__ import annotations
@@ -12,43 +13,23 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-import torch
 from torch import nn
 
+from aitune_core.guard import ModuleSnapshot, WeightCopy
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module
 
 
 class _ModuleState:
-    """One module tree's tensors (objects, data and values) and modes."""
+    """One module tree as the tuning guard keeps it: modes and tensor objects, and a copy of the values."""
 
     def __init__(self, module: nn.Module) -> None:
-        self.modules = list(module.modules())
-        self.training = [m.training for m in self.modules]
-        self.parameters: list[dict[str, Any]] = [dict(m._parameters) for m in self.modules]
-        self.buffers: list[dict[str, Any]] = [dict(m._buffers) for m in self.modules]
-        self.values: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-        seen: set[int] = set()
-        for tensors in (*self.parameters, *self.buffers):
-            for tensor in tensors.values():
-                if tensor is None or id(tensor) in seen:
-                    continue
-                seen.add(id(tensor))
-                with torch.no_grad():
-                    self.values.append((tensor, tensor.data, tensor.detach().clone()))
+        self.snapshot = ModuleSnapshot(module, "")
+        self.values = WeightCopy(self.snapshot)
 
     def restore(self) -> None:
-        for module, training, parameters, buffers in zip(
-            self.modules, self.training, self.parameters, self.buffers, strict=True
-        ):
-            module.training = training
-            module._parameters.clear()
-            module._parameters.update(parameters)
-            module._buffers.clear()
-            module._buffers.update(buffers)
-        with torch.no_grad():
-            for tensor, data, values in self.values:
-                tensor.data = data
-                data.copy_(values)
+        self.snapshot.restore_structure()
+        for tracked in self.snapshot.tensors.values():
+            self.values.restore(tracked.tensor)
 
 
 class _WrapperState:

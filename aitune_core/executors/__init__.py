@@ -38,11 +38,11 @@ __all__ = [
 def __getattr__(name: str) -> object:
     # Out-of-process executors pull in threads and payload code that in-process tuning never needs.
     if name == "SubprocessExecutor":
-        from aitune_core.executors.subprocess_executor import SubprocessExecutor
+        from aitune_core.executors.isolated.subprocess_executor import SubprocessExecutor
 
         return SubprocessExecutor
     if name == "RemoteExecutor":
-        from aitune_core.executors.remote import RemoteExecutor
+        from aitune_core.executors.isolated.remote import RemoteExecutor
 
         return RemoteExecutor
     raise AttributeError(f"module 'aitune_core.executors' has no attribute {name!r}")

@@ -17,7 +17,7 @@ from aitune_core.names import is_valid_name
 
 BUILTIN_EXECUTORS: dict[str, str] = {
     "inprocess": "aitune_core.executors.inprocess:InProcessExecutor",
-    "subprocess": "aitune_core.executors.subprocess_executor:SubprocessExecutor",
+    "subprocess": "aitune_core.executors.isolated.subprocess_executor:SubprocessExecutor",
 }
 """The core's executors, imported only when chosen."""
 

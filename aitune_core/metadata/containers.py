@@ -107,11 +107,32 @@ class ContainerRegistry:
         step_kind: StepKind = "attr",
         name: str | None = None,
     ) -> None:
-        """Teach metadata capture to walk into instances of ``cls`` (and its subclasses)."""
+        """Teach metadata capture to walk into instances of ``cls`` (and its subclasses).
+
+        ``flatten(obj)`` returns ``[(step, child), ...]``; ``unflatten(obj, children)``
+        returns a new object holding ``children`` in the same order. Example::
+
+            register_container(
+                ModelOutput,
+                flatten=lambda o: [(k, getattr(o, k)) for k in o.keys()],
+                unflatten=lambda o, children: ModelOutput(**dict(zip(o.keys(), children))),
+            )
+        """
+        if not isinstance(cls, type):
+            raise TypeError(f"register() takes a class, got {cls!r}")
         if step_kind not in ("index", "key", "attr"):
             raise ValueError(f"step_kind must be 'index', 'key' or 'attr', got {step_kind!r}")
-        self._registered[cls] = ContainerType(name or cls.__qualname__, step_kind, flatten, unflatten)
+        if not callable(flatten) or not callable(unflatten):
+            raise TypeError(f"flatten and unflatten of {cls.__qualname__} must be callables")
+        self.add(cls, ContainerType(name or cls.__qualname__, step_kind, flatten, unflatten))
+
+    def add(self, cls: type, container: ContainerType) -> None:
+        self._registered[cls] = container
         self._cache.clear()
+
+    def items(self) -> list[tuple[type, ContainerType]]:
+        """The types registered here, in order; the built-in kinds are not among them."""
+        return list(self._registered.items())
 
     def unregister(self, cls: type) -> None:
         self._registered.pop(cls, None)
@@ -143,22 +164,5 @@ class ContainerRegistry:
 CONTAINERS = ContainerRegistry()
 
 
-def register_container(
-    cls: type,
-    flatten: Callable[[Any], Children],
-    unflatten: Callable[[Any, Sequence[Any]], Any],
-    step_kind: StepKind = "attr",
-    name: str | None = None,
-) -> None:
-    """Register a user container type with the process-wide registry.
-
-    ``flatten(obj)`` returns ``[(step, child), ...]``; ``unflatten(obj, children)``
-    returns a new object holding ``children`` in the same order. Example::
-
-        register_container(
-            ModelOutput,
-            flatten=lambda o: [(k, getattr(o, k)) for k in o.keys()],
-            unflatten=lambda o, children: ModelOutput(**dict(zip(o.keys(), children))),
-        )
-    """
-    CONTAINERS.register(cls, flatten, unflatten, step_kind, name)
+register_container = CONTAINERS.register
+"""Register a container type with the process-wide registry (:meth:`ContainerRegistry.register`)."""

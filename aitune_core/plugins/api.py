@@ -14,7 +14,7 @@ change it. A plugin declares the version it targets with a module attribute
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar, overload
+from typing import Any, TypedDict, TypeVar, Unpack, overload
 
 PROJECT_NAME = "aitune"
 ENTRY_POINT_GROUP = "aitune.plugins"
@@ -31,6 +31,17 @@ DEFAULT_PRIORITY = 100
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+class HookimplOptions(TypedDict, total=False):
+    """pluggy's options for a hook implementation, as its ``HookimplMarker`` takes them."""
+
+    hookwrapper: bool
+    optionalhook: bool
+    tryfirst: bool
+    trylast: bool
+    specname: str | None
+    wrapper: bool
+
+
 class HookimplMarker:
     """``pluggy.HookimplMarker("aitune")``, created on first use.
 
@@ -39,51 +50,15 @@ class HookimplMarker:
     """
 
     @overload
-    def __call__(
-        self,
-        function: _F,
-        hookwrapper: bool = ...,
-        optionalhook: bool = ...,
-        tryfirst: bool = ...,
-        trylast: bool = ...,
-        specname: str | None = ...,
-        wrapper: bool = ...,
-    ) -> _F: ...
+    def __call__(self, function: _F, **options: Unpack[HookimplOptions]) -> _F: ...
 
     @overload
-    def __call__(
-        self,
-        function: None = ...,
-        hookwrapper: bool = ...,
-        optionalhook: bool = ...,
-        tryfirst: bool = ...,
-        trylast: bool = ...,
-        specname: str | None = ...,
-        wrapper: bool = ...,
-    ) -> Callable[[_F], _F]: ...
+    def __call__(self, function: None = ..., **options: Unpack[HookimplOptions]) -> Callable[[_F], _F]: ...
 
-    def __call__(
-        self,
-        function: _F | None = None,
-        hookwrapper: bool = False,
-        optionalhook: bool = False,
-        tryfirst: bool = False,
-        trylast: bool = False,
-        specname: str | None = None,
-        wrapper: bool = False,
-    ) -> _F | Callable[[_F], _F]:
+    def __call__(self, function: _F | None = None, **options: Unpack[HookimplOptions]) -> _F | Callable[[_F], _F]:
         import pluggy
 
-        marker = pluggy.HookimplMarker(PROJECT_NAME)
-        return marker(
-            function,
-            hookwrapper=hookwrapper,
-            optionalhook=optionalhook,
-            tryfirst=tryfirst,
-            trylast=trylast,
-            specname=specname,
-            wrapper=wrapper,
-        )
+        return pluggy.HookimplMarker(PROJECT_NAME)(function, **options)
 
     def __repr__(self) -> str:
         return f"<hookimpl marker for {PROJECT_NAME!r} plugins>"

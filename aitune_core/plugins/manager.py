@@ -1,9 +1,11 @@
 """The process-wide plugin registry, loaded on first use, and the functions the core calls.
 
-The core reaches plugins only through these functions (``serialization.converter``
-calls :func:`extend_converter`, ``Module`` calls :func:`graph_key_parts`, backends call
-``lifecycle.run_step``), so the first of those calls is what loads plugins. Importing
-this module loads nothing: pluggy and the registry are imported inside functions.
+The core reaches plugins only through the slots of :mod:`aitune_core.extensions`, which
+:func:`install_registry` fills with the registry's functions (``serialization.converter``
+extends itself through one, ``Module`` takes its key parts from another, backends run
+their steps through ``lifecycle.run_step``), so the first read of a slot is what loads
+plugins. Importing this module loads nothing: pluggy and the registry are imported
+inside functions.
 
 Whatever these functions call or hand out calls plugins one at a time: a plugin whose
 hook raises is disabled for the rest of the process and the call goes on without it
@@ -12,9 +14,7 @@ hook raises is disabled for the rest of the process and the call goes on without
 
 from __future__ import annotations
 
-import sys
 import threading
-from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 import aitune_core.extensions as extensions
@@ -72,9 +72,6 @@ def install_registry(registry: PluginRegistry | None) -> PluginRegistry | None:
                 registry.attach()
         _registry = registry
         extensions.fill(_slots_of(registry) if registry is not None else None)
-        serialization: Any = sys.modules.get("aitune_core.serialization")
-        if serialization is not None:
-            serialization._converter = None
         return previous
 
 
@@ -138,22 +135,3 @@ def default_candidates(device: torch.device | str) -> list[Candidate]:
 def choose_strategy(module: Any, device: torch.device | str) -> Any | None:
     """A plugin's strategy for ``module`` when its user chose none, or None."""
     return current_registry().choose_strategy(module, device)
-
-
-# --------------------------------------------------------------------------- called by the core
-def extend_converter(converter: Any) -> None:
-    """Let plugins add their types to a freshly made cattrs converter.
-
-    A plugin that raises halfway is disabled; what it registered before raising stays,
-    since a converter has no way to take registrations back.
-    """
-    current_registry().extend_converter(converter)
-
-
-def graph_key_parts() -> Callable[[dict[str, Any]], Hashable | None] | None:
-    """The plugins' graph-key contribution, or None when no plugin contributes one.
-
-    Called on every call of a wrapped module; a plugin whose part raises is disabled
-    and the key is made without it.
-    """
-    return current_registry().graph_key_parts()

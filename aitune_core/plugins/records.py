@@ -7,14 +7,13 @@ is made, and so that ``aitune plugins --json`` and the Python API show the same 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
 from aitune_core.backends.base import Availability, Backend
 from aitune_core.extensions import UnknownBackendError
-from aitune_core.metadata.containers import Children, ContainerType, StepKind
+from aitune_core.metadata.containers import ContainerRegistry
 from aitune_core.plugins.api import DEFAULT_PRIORITY
 
 
@@ -88,39 +87,12 @@ class Candidate:
         return self.availability is None or self.availability.available
 
 
-@attrs.frozen
-class StagedContainer:
-    cls: type
-    container: ContainerType
-
-
-class ContainerRegistrar:
+class ContainerRegistrar(ContainerRegistry):
     """Collects the container types one plugin registers.
 
     They reach :data:`aitune_core.metadata.containers.CONTAINERS` only once the whole
     plugin has loaded, so a plugin that fails halfway leaves nothing behind.
     """
-
-    def __init__(self) -> None:
-        self.staged: list[StagedContainer] = []
-
-    def register(
-        self,
-        cls: type,
-        flatten: Callable[[Any], Children],
-        unflatten: Callable[[Any, Sequence[Any]], Any],
-        step_kind: StepKind = "attr",
-        name: str | None = None,
-    ) -> None:
-        """Same arguments as :func:`aitune_core.metadata.register_container`."""
-        if not isinstance(cls, type):
-            raise TypeError(f"register() takes a class, got {cls!r}")
-        if step_kind not in ("index", "key", "attr"):
-            raise ValueError(f"step_kind must be 'index', 'key' or 'attr', got {step_kind!r}")
-        if not callable(flatten) or not callable(unflatten):
-            raise TypeError(f"flatten and unflatten of {cls.__qualname__} must be callables")
-        container = ContainerType(name or cls.__qualname__, step_kind, flatten, unflatten)
-        self.staged.append(StagedContainer(cls, container))
 
 
 class PluginError(RuntimeError):

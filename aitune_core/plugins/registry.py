@@ -25,12 +25,13 @@ and a slow import is named (:data:`SLOW_LOAD_S`), since it stalls the first ``Mo
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
 import time
 import traceback
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -39,25 +40,13 @@ import torch
 
 import aitune_core.plugins.hookspecs as hookspecs
 from aitune_core.backends.base import Availability, Backend, BackendConfig
+from aitune_core.extensions import UnknownBackendError
 from aitune_core.log import get_logger
-from aitune_core.metadata.containers import CONTAINERS
+from aitune_core.metadata.containers import CONTAINERS, ContainerType
 from aitune_core.names import NAME_RULE, default_device, is_valid_name
-from aitune_core.plugins.api import (
-    API_ATTRIBUTE,
-    MIN_SUPPORTED_PLUGIN_API,
-    PLUGIN_API_VERSION,
-    PROJECT_NAME,
-)
+from aitune_core.plugins.api import API_ATTRIBUTE, MIN_SUPPORTED_PLUGIN_API, PLUGIN_API_VERSION, PROJECT_NAME
 from aitune_core.plugins.loader import PluginSource, Selection, all_sources, strict_from_env
-from aitune_core.plugins.records import (
-    Candidate,
-    ContainerRegistrar,
-    PluginError,
-    PluginRecord,
-    PluginStatus,
-    StagedContainer,
-    UnknownBackendError,
-)
+from aitune_core.plugins.records import Candidate, ContainerRegistrar, PluginError, PluginRecord, PluginStatus
 
 _LIFECYCLE_HOOKS = ("aitune_before_step", "aitune_wrap_step", "aitune_after_step")
 _KEY_PARTS_HOOK = "aitune_graph_key_parts"
@@ -83,7 +72,7 @@ class _Loaded:
     plugin: Any
     api_version: int
     backends: list[type[Backend]]
-    containers: list[StagedContainer]
+    containers: list[tuple[type, ContainerType]]
 
 
 def _describe_error(error: BaseException, limit: int = 400) -> str:
@@ -92,6 +81,21 @@ def _describe_error(error: BaseException, limit: int = 400) -> str:
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+@contextlib.contextmanager
+def _refusing(what: str) -> Iterator[None]:
+    """Any exception but KeyboardInterrupt refuses the plugin, as ``what: error``; a refusal goes through as it is.
+
+    BaseException, not Exception: a plugin calling ``sys.exit()`` when imported must
+    not end the program that merely wanted to list or use plugins.
+    """
+    try:
+        yield
+    except (KeyboardInterrupt, _Refused):
+        raise
+    except BaseException as error:
+        raise _Refused(f"{what}: {_describe_error(error)}") from error
 
 
 def _raised_at(error: BaseException) -> str:
@@ -162,7 +166,7 @@ class PluginRegistry(pluggy.PluginManager):
         self._records: dict[str, PluginRecord] = {}  # by plugin id, built-in first
         self._backends: dict[str, tuple[type[Backend], PluginRecord]] = {}
         self._plugins: dict[str, Any] = {}  # distribution:entry point -> plugin object, in load order
-        self._containers: list[StagedContainer] = []
+        self._containers: dict[type, ContainerType] = {}
         self._log = get_logger()
         self.strict = False
         self.observes_lifecycle = False
@@ -235,42 +239,26 @@ class PluginRegistry(pluggy.PluginManager):
         self._prepare_fast_paths()
 
     def _load_one(self, source: PluginSource) -> _Loaded:
-        """Import and register one plugin; any exception but KeyboardInterrupt refuses it.
-
-        BaseException, not Exception: a plugin calling ``sys.exit()`` when imported must
-        not end the program that merely wanted to list or use plugins.
-        """
-        try:
+        """Import and register one plugin; any exception but KeyboardInterrupt refuses it."""
+        with _refusing("import failed"):
             plugin = source.load()
-        except KeyboardInterrupt:
-            raise
-        except BaseException as error:
-            raise _Refused(f"import failed: {_describe_error(error)}") from error
         api_version = _check_api(plugin)
         if self.is_registered(plugin):
             raise _Refused(f"{source.value} is already loaded as plugin {self.get_name(plugin)!r}")
-        try:
+        with _refusing("invalid hook implementation"):
             self.register(plugin, name=source.plugin_id)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as error:
-            raise _Refused(f"invalid hook implementation: {_describe_error(error)}") from error
         try:
-            self._check_hooks(plugin)
-            backends = self._call_own(plugin, "aitune_register_backends")
-            classes = self._check_backends(backends)
-            self._check_config_types(plugin, classes)
-            registrar = ContainerRegistrar()
-            self._call_own(plugin, "aitune_register_containers", containers=registrar)
+            with _refusing("registration failed"):
+                self._check_hooks(plugin)
+                backends = self._call_own(plugin, "aitune_register_backends")
+                classes = self._check_backends(backends)
+                self._check_config_types(plugin, classes)
+                registrar = ContainerRegistrar()
+                self._call_own(plugin, "aitune_register_containers", containers=registrar)
         except _Refused:
             self.unregister(plugin)
             raise
-        except KeyboardInterrupt:
-            raise
-        except BaseException as error:
-            self.unregister(plugin)
-            raise _Refused(f"registration failed: {_describe_error(error)}") from error
-        return _Loaded(source, plugin, api_version, classes, registrar.staged)
+        return _Loaded(source, plugin, api_version, classes, registrar.items())
 
     def _check_hooks(self, plugin: Any) -> None:
         """What pluggy's ``check_pending`` does, for one plugin, plus wrapper-only hooks."""
@@ -356,16 +344,16 @@ class PluginRegistry(pluggy.PluginManager):
 
     def _commit(self, item: _Loaded, device: torch.device) -> PluginRecord:
         source = item.source
-        for staged in item.containers:
-            if any(kept.cls is staged.cls for kept in self._containers):
+        for cls, container in item.containers:
+            if cls in self._containers:
                 self._log.warning(
                     "container type registered twice",
-                    container=staged.cls.__qualname__,
+                    container=cls.__qualname__,
                     distribution=source.distribution,
                     hint="the plugin whose distribution name sorts first keeps it",
                 )
                 continue
-            self._containers.append(staged)
+            self._containers[cls] = container
         status, reason = PluginStatus.LOADED, ""
         if item.backends:
             checks = [(cls.name, self._availability(cls, device)) for cls in item.backends]
@@ -421,13 +409,7 @@ class PluginRegistry(pluggy.PluginManager):
         record = self._record(source, PluginStatus.FAILED, reason, api_version=api_version)
         if strict:
             raise PluginError(record)
-        self._log.warning(
-            "plugin failed to load",
-            plugin=source.name,
-            distribution=source.distribution,
-            version=source.version,
-            error=reason,
-        )
+        self._log.warning("plugin failed to load", **self._context(source), error=reason)
         return record
 
     def _timed(self, source: PluginSource, seconds: float) -> None:
@@ -475,8 +457,8 @@ class PluginRegistry(pluggy.PluginManager):
         )
 
     @staticmethod
-    def _context(source: PluginSource) -> dict[str, str]:
-        return {"plugin": source.name, "distribution": source.distribution, "version": source.version}
+    def _context(plugin: PluginSource | PluginRecord) -> dict[str, str]:
+        return {"plugin": plugin.name, "distribution": plugin.distribution, "version": plugin.version}
 
     def _prepare_fast_paths(self) -> None:
         """Work out once what per-call paths need, so they cost nothing without plugins."""
@@ -490,14 +472,13 @@ class PluginRegistry(pluggy.PluginManager):
 
     def attach(self) -> None:
         """Add the plugins' container types to the process-wide container registry."""
-        for staged in self._containers:
-            container = staged.container
-            CONTAINERS.register(staged.cls, container.flatten, container.unflatten, container.step_kind, container.name)
+        for cls, container in self._containers.items():
+            CONTAINERS.add(cls, container)
 
     def detach(self) -> None:
         """Take back what :meth:`attach` added."""
-        for staged in self._containers:
-            CONTAINERS.unregister(staged.cls)
+        for cls in self._containers:
+            CONTAINERS.unregister(cls)
 
     # ------------------------------------------------------------------ queries
     def records(self) -> list[PluginRecord]:
@@ -591,9 +572,7 @@ class PluginRegistry(pluggy.PluginManager):
             self._prepare_fast_paths()
         self._log.error(
             "plugin disabled: its hook raised",
-            plugin=record.name,
-            distribution=record.distribution,
-            version=record.version,
+            **self._context(record),
             hook=hook_name,
             error=described,
             raised_at=_raised_at(error),
@@ -650,6 +629,11 @@ class PluginRegistry(pluggy.PluginManager):
         return None
 
     def extend_converter(self, converter: Any) -> None:
+        """Let plugins add their types to a freshly made cattrs converter.
+
+        A plugin that raises halfway is disabled; what it registered before raising stays,
+        since a converter has no way to take registrations back.
+        """
         self.each_result("aitune_extend_converter", converter=converter)
 
     def graph_key_parts(self) -> KeyParts | None:

@@ -18,6 +18,7 @@ strategy looks at every result before choosing (``parallel_candidates``).
 from __future__ import annotations
 
 import abc
+import contextlib
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -46,7 +47,7 @@ from aitune_core.strategies.candidates import (  # noqa: F401 - the errors are r
     failure_reason,
 )
 from aitune_core.strategies.defaults import skipped_as_lossy
-from aitune_core.strategies.ranking import Allowed, Ranking, Segment, lost_reason, merge, plan, rank, winner_at
+from aitune_core.strategies.ranking import Allowed, Ranking, Segment, Winners, lost_reason, merge, plan, rank, winners
 
 DEFAULT_PERFORMANCE_GATE = 1.01
 DEFAULT_MAX_BACKENDS = 2
@@ -100,8 +101,8 @@ class TuneStrategy(abc.ABC):
         self.lower: list[tuple[int, Backend | None]] = []
         """The batch ranges below the returned backend's, for the route: ``(up_to, backend or None for eager)``."""
         self.eager_serves: list[tuple[int | None, int | None]] = []
-        self._uncapped: dict[int | None, CandidateResult | None] = {}
         """The batch ranges of :attr:`lower` that the original module serves, for the report."""
+        self._uncapped: Winners = {}
         self.correctness_check = True
         self.performance_validation = True
         self.results: list[CandidateResult] = []
@@ -145,64 +146,41 @@ class TuneStrategy(abc.ABC):
             module so its copy of the weights serves all the module's graphs. None: one
             for this graph only.
         """
-        if executor is not None:
-            return self._tune_graph(module, name, graph_spec, data, device, cache_dir, signature, executor, guard)
-        from aitune_core.config import config
-        from aitune_core.executors.registry import resolve_executor
-
-        chosen, owned = resolve_executor(config.executor)
-        try:
-            return self._tune_graph(module, name, graph_spec, data, device, cache_dir, signature, chosen, guard)
-        finally:
-            if owned:
-                chosen.close()
-
-    def _tune_graph(
-        self,
-        module: torch.nn.Module,
-        name: str,
-        graph_spec: GraphSpec,
-        data: list[Sample],
-        device: torch.device,
-        cache_dir: Path,
-        signature: ForwardSignature | None,
-        executor: Executor,
-        guard: ModuleGuard | None,
-    ) -> Backend:
-        self.results = []
-        self.lower = []
-        self.eager_serves = []
-        self._candidate_count = self._candidate_index = 0
-        log = get_logger(module=name, graph=graph_spec.name, strategy=type(self).__name__)
-        own_guard = guard is None
-        self.session = GraphSession(
-            module=module,
-            module_name=name,
-            graph=graph_spec,
-            samples=data,
-            device=device,
-            cache_dir=cache_dir,
-            signature=signature or ForwardSignature(module.forward),
-            tolerances=self.tolerances,
-            profile_config=self.profile_config,
-            timer=self._timer(),
-            log=log,
-            guard=guard if guard is not None else ModuleGuard(module, name, log=log),
-        )
-        self.executor = executor
-        start = time.perf_counter()
-        try:
-            self._pre_tune(self.session)
-            backend = self._tune(self.session)
-            self._post_tune(self.session)
-        finally:
-            executor.end_graph(self.session)
-            if own_guard:
-                self.session.guard.release()  # the strategy outlives the graph; the copy of the weights need not
-        self.session.log.info(
-            "strategy finished", selected=backend.describe(), duration_s=round(time.perf_counter() - start, 3)
-        )
-        return backend
+        with _graph_executor(executor) as chosen:
+            self.results = []
+            self.lower = []
+            self.eager_serves = []
+            self._candidate_count = self._candidate_index = 0
+            log = get_logger(module=name, graph=graph_spec.name, strategy=type(self).__name__)
+            own_guard = guard is None
+            self.session = GraphSession(
+                module=module,
+                module_name=name,
+                graph=graph_spec,
+                samples=data,
+                device=device,
+                cache_dir=cache_dir,
+                signature=signature or ForwardSignature(module.forward),
+                tolerances=self.tolerances,
+                profile_config=self.profile_config,
+                timer=self._timer(),
+                log=log,
+                guard=guard if guard is not None else ModuleGuard(module, name, log=log),
+            )
+            self.executor = chosen
+            start = time.perf_counter()
+            try:
+                self._pre_tune(self.session)
+                backend = self._tune(self.session)
+                self._post_tune(self.session)
+            finally:
+                chosen.end_graph(self.session)
+                if own_guard:
+                    self.session.guard.release()  # the strategy outlives the graph; the copy of the weights need not
+            self.session.log.info(
+                "strategy finished", selected=backend.describe(), duration_s=round(time.perf_counter() - start, 3)
+            )
+            return backend
 
     def _pre_tune(self, session: GraphSession) -> None:
         """Runs before :meth:`_tune`; extend to prepare shared state."""
@@ -378,8 +356,8 @@ class TuneStrategy(abc.ABC):
                 self.discard(result)
             return None
         contenders = [r for r in live if not _never_wins(r)]
-        self._uncapped = {size: winner_at(ranking, size, contenders, live, allowed) for size in ranking.sizes}
-        segments = plan(ranking, contenders, live, self.max_backends, session.batch_range(), allowed)
+        self._uncapped = winners(ranking, contenders, live, allowed)
+        segments = plan(ranking, self._uncapped, live, self.max_backends, session.batch_range(), allowed)
         eager_row = next((r for r in live if _never_wins(r)), None)
         if eager_row is not None:  # eager was a candidate too: its row serves eager's ranges
             segments = merge([Segment(s.low, s.high, s.winner or eager_row) for s in segments])
@@ -482,6 +460,23 @@ class TuneStrategy(abc.ABC):
             speedup=round(result.speedup, 3) if result.speedup else None,
         )
         return result.instance
+
+
+@contextlib.contextmanager
+def _graph_executor(executor: Executor | None) -> Iterator[Executor]:
+    """``executor``, or else ``config.executor`` for one graph, closed after it when made for it."""
+    if executor is not None:
+        yield executor
+        return
+    from aitune_core.config import config
+    from aitune_core.executors.registry import resolve_executor
+
+    chosen, owned = resolve_executor(config.executor)
+    try:
+        yield chosen
+    finally:
+        if owned:
+            chosen.close()
 
 
 def _eager_reason(ranking: Ranking, segments: list[Segment], results: list[CandidateResult], gate: float) -> str:

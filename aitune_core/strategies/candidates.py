@@ -35,6 +35,7 @@ from aitune_core.guard import ModuleChangedError, ModuleGuard, ModuleRestoreErro
 from aitune_core.profiling.measurement import Measurement, ProfileConfig
 from aitune_core.profiling.stats import Speedup
 from aitune_core.profiling.timer import Timer, WallClock
+from aitune_core.third_party_output import ThirdPartyOutput, collected_third_party_output
 from aitune_core.validation.inputs import CallInputs, batch_call, validation_calls
 from aitune_core.validation.points import validation_points
 from aitune_core.validation.reference import EagerReference
@@ -183,13 +184,14 @@ def build_candidate(session: GraphSession, blueprint: Backend, result: Candidate
     session.log.info("build started", backend=result.backend)
     start = time.perf_counter()
     try:
-        with session.guard.step("build"):
+        with collected_third_party_output() as chatter, session.guard.step("build"):
             backend.build(context)
     except ModuleChangedError:
         release(backend, session.guard)  # built, but it will not serve
         raise
     finally:
         result.build_s = time.perf_counter() - start
+        _keep_chatter(session, result, chatter, context.cache_dir / BUILD_LOG)
     session.log.info(
         "build finished",
         backend=result.backend,
@@ -197,6 +199,22 @@ def build_candidate(session: GraphSession, blueprint: Backend, result: Candidate
         **{k: v for k, v in backend.build_info.items() if isinstance(v, (int, float, str, bool))},
     )
     return backend
+
+
+BUILD_LOG = "build.log"
+"""Where a candidate's build folder keeps what other libraries said while it built."""
+
+
+def context_of(backend: Backend) -> BuildContext:
+    assert backend.context is not None, "a built backend keeps its build context"
+    return backend.context
+
+
+def _keep_chatter(session: GraphSession, result: CandidateResult, chatter: ThirdPartyOutput, path: Path) -> None:
+    """Other libraries' output goes to the build log; the console gets one line that says where."""
+    written = chatter.write(path)
+    if written is not None:
+        session.log.info("third-party output kept", backend=result.backend, said=chatter.summary(), log=str(written))
 
 
 def run_candidate(
@@ -226,8 +244,11 @@ def run_candidate(
         if correctness_check:
             tolerances = backend.default_tolerances().merged(session.tolerances)
             reference = session.reference  # eager's calls happen here, outside the candidate's step
-            with session.guard.step(stage):
-                validation = reference.validate(backend, tolerances)
+            with collected_third_party_output() as chatter, session.guard.step(stage):
+                try:
+                    validation = reference.validate(backend, tolerances)
+                finally:  # a JIT backend compiles again at new shapes here, and torch says so
+                    _keep_chatter(session, result, chatter, context_of(backend).cache_dir / BUILD_LOG)
             result.validate_s = validation.duration_s
             result.max_abs_error = validation.max_abs_error
             result.max_rel_error = validation.max_rel_error

@@ -129,6 +129,10 @@ def rank(
     return Ranking(comparisons, names, gate)
 
 
+Winners = dict[int | None, CandidateResult | None]
+"""The winner at each batch size; None where eager serves."""
+
+
 def winner_at(
     ranking: Ranking,
     size: int | None,
@@ -150,30 +154,37 @@ def winner_at(
     return min(tied, key=order.index)
 
 
+def winners(
+    ranking: Ranking, contenders: list[CandidateResult], order: list[CandidateResult], allowed: Allowed | None = None
+) -> Winners:
+    """:func:`winner_at` every ranked size."""
+    return {size: winner_at(ranking, size, contenders, order, allowed) for size in ranking.sizes}
+
+
 def plan(
     ranking: Ranking,
-    contenders: list[CandidateResult],
+    uncapped: Winners,
     order: list[CandidateResult],
     max_backends: int,
     batch_range: tuple[int, int] | None,
     allowed: Allowed | None = None,
 ) -> list[Segment]:
-    """Batch ranges and their winners (see the module docstring)."""
+    """Batch ranges and their winners (see the module docstring), from the :func:`winners` before the cap."""
     sizes = ranking.sizes
-    winners = {size: winner_at(ranking, size, contenders, order, allowed) for size in sizes}
-    chosen = {id(w): w for w in winners.values() if w is not None}
+    chosen = {id(w): w for w in uncapped.values() if w is not None}
+    capped = uncapped
     if len(chosen) > max_backends:
-        kept = sorted(chosen.values(), key=lambda r: (-_gain(ranking, r, winners), order.index(r)))[:max_backends]
-        winners = {size: winner_at(ranking, size, kept, order, allowed) for size in sizes}
+        kept = sorted(chosen.values(), key=lambda r: (-_gain(ranking, r, uncapped), order.index(r)))[:max_backends]
+        capped = winners(ranking, kept, order, allowed)
     if batch_range is None or sizes == [None]:
-        return [Segment(None, None, winners[sizes[0]])]
+        return [Segment(None, None, capped[sizes[0]])]
     segments: list[Segment] = []
     low = batch_range[0]
     ordered = sorted(s for s in sizes if s is not None)
     for index, size in enumerate(ordered):
         high = batch_range[1] if index == len(ordered) - 1 else size
         if low <= high:
-            segments.append(Segment(low, high, winners[size]))
+            segments.append(Segment(low, high, capped[size]))
         low = high + 1
     return merge(segments)
 
@@ -189,16 +200,16 @@ def merge(segments: list[Segment]) -> list[Segment]:
     return merged
 
 
-def _gain(ranking: Ranking, result: CandidateResult, winners: dict[int | None, CandidateResult | None]) -> float:
+def _gain(ranking: Ranking, result: CandidateResult, won: Winners) -> float:
     """How much ``result`` speeds up the sizes it wins: the sum of log speedups."""
-    return sum(math.log(ranking.speedup(result, size).median) for size, w in winners.items() if w is result)
+    return sum(math.log(ranking.speedup(result, size).median) for size, w in won.items() if w is result)
 
 
 def lost_reason(
     ranking: Ranking,
     result: CandidateResult,
     gate: float,
-    uncapped: dict[int | None, CandidateResult | None] | None = None,
+    uncapped: Winners | None = None,
     max_backends: int = 0,
 ) -> tuple[Status, str]:
     """``(status, reason)`` of a candidate that serves no range: rejected at the gate, outrun, or capped.

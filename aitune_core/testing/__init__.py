@@ -9,6 +9,16 @@ Fixtures: ``aitune_fake_dist`` writes a fake installed distribution and puts it 
 distributions you give it. :class:`BackendConformance` is the suite every backend
 passes: subclass it and provide ``make_backend()``.
 
+What the shipped plugins' tests share, importable on its own:
+:mod:`~aitune_core.testing.models` (tiny models and their calls),
+:mod:`~aitune_core.testing.recording` (a graph recorded as ``tune()`` records it),
+:mod:`~aitune_core.testing.child_process` (a fresh interpreter importing the same
+sources), :mod:`~aitune_core.testing.packaging` (the entry point, declared and
+installed) and :mod:`~aitune_core.testing.checkpoint_fuzz`. Two more pytest plugins
+are opt-in, since their fixtures apply to every test or take common names:
+:mod:`~aitune_core.testing.isolation` (default config per test, failed loads change
+nothing) and :mod:`~aitune_core.testing.recorded` (the tiny models, recorded).
+
 PYTEST_DONT_REWRITE: this file holds no asserts. The suite's asserts live in the
 submodules, which are registered for pytest's assertion rewriting before they are
 imported, so failures show the compared values whichever way the package is loaded.

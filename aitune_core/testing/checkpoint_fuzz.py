@@ -7,6 +7,10 @@ manifest goes through all of ``load``'s checks (:func:`plan_load`), which read
 everything and change nothing. The fuzz reports which were refused and which were
 accepted; tests then load one accepted mutation per field for real and check the
 answers, and check that the canaries were never touched.
+
+A backend's own test tunes a small model with it alone and saves it
+(:func:`tune_and_save`), then holds the checkpoint to the fuzz
+(:func:`assert_tuned_checkpoint_survives_fuzzing`).
 """
 
 from __future__ import annotations
@@ -20,12 +24,20 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import torch
 from torch import nn
 
+from aitune_core.backends.base import Backend
 from aitune_core.checkpoint.load import load
 from aitune_core.checkpoint.load_plan import plan_load
 from aitune_core.checkpoint.manifest import MANIFEST_NAME, CheckpointError
+from aitune_core.checkpoint.save import save
 from aitune_core.checkpoint.signing import SIGNATURE_NAME
+from aitune_core.config import config
+from aitune_core.module.wrapper import Module
+from aitune_core.profiling.measurement import ProfileConfig
+from aitune_core.strategies.first_wins import FirstWinsStrategy
+from aitune_core.tuning import tune
 
 JsonPath = tuple[str | int, ...]
 
@@ -170,4 +182,62 @@ def assert_hostile_manifests_are_safe(
         del loaded
         gc.collect()
     canaries.assert_untouched()
+    return report
+
+
+FAST_PROFILE = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.001, max_time_s=0.01, max_batch_search=False)
+"""Profiling that only has to finish: the fuzz needs a checkpoint, not a fair comparison."""
+
+
+@attrs.define
+class TunedCheckpoint:
+    """A model tuned with one backend and saved, and one call's input and answer from before the save."""
+
+    path: Path
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+def tune_and_save(
+    build_model: Callable[[], nn.Module], features: int, backend: Backend, folder: Path, name: str
+) -> TunedCheckpoint:
+    """Tune ``build_model()`` (inputs of ``features`` values) with ``backend`` alone, and save it in ``folder``.
+
+    Builds go to ``folder/cache``; the config's cache folder is put back afterwards, so
+    a fixture may call this in the middle of a test. The tuned model is gone once this
+    returns, as it would be in the process that loads the checkpoint.
+    """
+    previous = config.cache_dir
+    config.cache_dir = folder / "cache"
+    try:
+        module = Module(build_model(), name)
+        strategy = FirstWinsStrategy([backend], profile=FAST_PROFILE).enable_performance_validation(False)
+        tune(module, [torch.randn(features) for _ in range(4)], batch_sizes=[1, 4], strategy=strategy)
+        path = save(module, folder / "ckpt")
+        x = torch.randn(3, features)
+        with torch.no_grad():
+            y = module(x)
+        del module
+    finally:
+        config.cache_dir = previous
+    return TunedCheckpoint(path, x, y)
+
+
+def assert_tuned_checkpoint_survives_fuzzing(
+    build_model: Callable[[], nn.Module], saved: TunedCheckpoint, scratch: Path, rtol: float, atol: float
+) -> FuzzReport:
+    """Every hostile manifest of ``saved`` is refused, or loads and answers as the tuned model did.
+
+    Most mutations must be refused, and a hostile backend name never accepted: a
+    checkpoint names the code that runs it.
+    """
+
+    def same_answers(model: nn.Module) -> None:
+        torch.testing.assert_close(model(saved.x), saved.y, rtol=rtol, atol=atol)
+
+    report = assert_hostile_manifests_are_safe(
+        build_model, saved.path, Canaries.make(scratch / "canaries"), same_answers, scratch
+    )
+    assert report.refused > report.cases // 2
+    assert "modules[].graphs[].backend.name" not in report.accepted
     return report

@@ -1,4 +1,4 @@
-"""Enables aitune's pytest plugin, and lets the tests run from a source checkout."""
+"""Enables aitune's pytest plugins (see :mod:`aitune_core.testing`), and lets the tests run from a source checkout."""
 
 import importlib.util
 import sys
@@ -10,4 +10,4 @@ if importlib.util.find_spec("aitune_torchao") is None:
 if importlib.util.find_spec("aitune_core") is None:
     sys.path.insert(0, str(_HERE.parents[1]))
 
-pytest_plugins = ["aitune_core.testing"]
+pytest_plugins = ["aitune_core.testing", "aitune_core.testing.isolation"]

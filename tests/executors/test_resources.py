@@ -25,8 +25,9 @@ from resource_backends import HelperBackend, HoardBackend, TrackedBackend, helpe
 import aitune_core as ait
 from aitune_core.backends import BackendState
 from aitune_core.data import MAX_BATCH_SIZE, DatasetError, check_batch_sizes
-from aitune_core.executors import SubprocessExecutor, memory, subprocess_executor
+from aitune_core.executors import SubprocessExecutor
 from aitune_core.executors.base import DEFAULT_TIMEOUT_S
+from aitune_core.executors.isolated import memory, subprocess_executor
 from aitune_core.strategies import MaxThroughputStrategy
 from aitune_core.strategies.candidates import release
 
@@ -154,21 +155,6 @@ def test_machine_memory_honours_a_container_limit(monkeypatch: pytest.MonkeyPatc
     assert memory.machine_memory_bytes() == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     monkeypatch.setattr(memory, "machine_memory_bytes", lambda: 8 * 2**30)
     assert (memory.default_limit_mb(1), memory.default_limit_mb(4)) == (4096, 1024)
-
-
-def test_memory_watch_raises_only_where_armed() -> None:
-    stuck: list[int] = []
-    over = 2048 * 2**20
-    watch = memory.MemoryWatch(1024 * 2**20, exit_code=3, grace_s=0.3, on_stuck=stuck.append, measure=lambda: over)
-    with watch:
-        time.sleep(5 * memory.CHECK_INTERVAL_S)  # over the limit, but disarmed: the caller's code
-        assert watch.tripped_at is None
-        match = "held 2048 MiB, over the limit of 1024 MiB"
-        with pytest.raises(memory.CandidateMemoryError, match=match), watch.armed():
-            for _ in range(200):
-                time.sleep(0.01)
-        time.sleep(0.6)
-    assert watch.tripped_at == over and stuck == [over]  # still over after the grace: the process would end
 
 
 # --------------------------------------------------------------------------- batch sizes

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import torch
 
-from aitune_core.plugin_api import GraphSpec, Locator
+from aitune_core.plugin_api import GraphSpec, Locator, export_dims
 
 # torch.compile specialises sizes 0 and 1 whatever it is told ("the zero-one
 # specialization problem" in the dynamic shapes docs), and mark_dynamic refuses a
@@ -131,30 +131,16 @@ def describe_dims(graph: GraphSpec) -> list[str]:
 def export_shapes(arguments: dict[str, Any], graph: GraphSpec) -> Any:
     """``dynamic_shapes`` for ``torch.export.export`` of a call with these arguments.
 
-    Batch axes share one ``Dim("batch")``; an axis holding ``m`` rows per sample is the
-    derived dim ``m * batch``, so export knows the inputs' batch sizes move together.
-    Dynamic axes get ``Dim.DYNAMIC`` with their min and max: export then infers how
-    they relate to each other (two inputs sharing a sequence length) instead of
-    failing because two independent names were given to what the model requires equal.
-    Tensors are keyed by identity (``ShapesCollection``), so ``arguments`` must hold
-    the very tensors passed to export.
+    The dims are the graph's (:func:`aitune_core.plugin_api.export_dims`: one shared
+    batch dim, ``Dim.DYNAMIC`` with min and max for the other ranged axes). Tensors are
+    keyed by identity (``ShapesCollection``), so ``arguments`` must hold the very
+    tensors passed to export.
     """
-    from torch.export import Dim, ShapesCollection
+    from torch.export import ShapesCollection
 
-    batch_range = graph.batch_range
-    batch = None
-    if batch_range is not None and batch_range[0] < batch_range[1]:
-        batch = Dim("batch", min=batch_range[0], max=batch_range[1])
     shapes = ShapesCollection()
-    for locator, spec in graph.input_spec.tensor_data:
-        dims: dict[int, Any] = {}
-        if batch is not None:
-            for axis, multiplier in spec.get_batch_axis_multipliers().items():
-                dims[axis] = batch if multiplier == 1 else multiplier * batch
-        for axis in spec.dynamic_axes():
-            dims[axis] = Dim.DYNAMIC(min=spec.min_shape[axis], max=spec.max_shape[axis])
-        if dims:
-            shapes[locator.get(arguments)] = dims
+    for locator, dims in export_dims(graph).items():
+        shapes[locator.get(arguments)] = dims
     return shapes
 
 

@@ -9,13 +9,14 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
 from aitune_core.backends.base import BuildContext
 from aitune_core.backends.state import BackendState
+from aitune_core.testing.child_process import env_with_sources
+from aitune_core.testing.recording import at_shape
 from aitune_inductor import TorchInductorAotBackend
 
 pytestmark = pytest.mark.slow
@@ -37,9 +38,9 @@ def test_exports_one_shared_batch_dim(built: TorchInductorAotBackend) -> None:
 
 @pytest.mark.parametrize("which", ["min", "opt", "max"])
 def test_matches_eager_with_nested_outputs(
-    built: TorchInductorAotBackend, two_inputs_context: BuildContext, helpers: Any, which: str
+    built: TorchInductorAotBackend, two_inputs_context: BuildContext, which: str
 ) -> None:
-    args, kwargs = helpers.at_shape(two_inputs_context, which)
+    args, kwargs = at_shape(two_inputs_context, which)
     with torch.no_grad():
         expected = two_inputs_context.module(*args, **kwargs)
     actual = built(*args, **kwargs)
@@ -95,7 +96,7 @@ print("restored", backend.state.name)
 
 @pytest.mark.parametrize("step", ["activate", "deploy"])
 def test_restores_in_a_fresh_process_without_compiling(
-    built: TorchInductorAotBackend, two_inputs_context: BuildContext, tmp_path: Path, helpers: Any, step: str
+    built: TorchInductorAotBackend, two_inputs_context: BuildContext, tmp_path: Path, step: str
 ) -> None:
     moved = tmp_path / "checkpoint" / "model.pt2"
     moved.parent.mkdir()
@@ -113,7 +114,7 @@ def test_restores_in_a_fresh_process_without_compiling(
         [sys.executable, str(script), str(tmp_path / "state.json"), str(tmp_path / "io.pt")],
         capture_output=True,
         text=True,
-        env=helpers.env_with_sources(),
+        env=env_with_sources("aitune_inductor"),
         timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]

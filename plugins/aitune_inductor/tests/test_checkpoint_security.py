@@ -11,18 +11,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 import torch
 
 import aitune_core as ait
 from aitune_core.checkpoint.files import sha256_of
-from aitune_core.config import config
-from aitune_core.profiling import ProfileConfig
-from aitune_core.testing.checkpoint_fuzz import Canaries, assert_hostile_manifests_are_safe
+from aitune_core.testing.checkpoint_fuzz import (
+    Canaries,
+    TunedCheckpoint,
+    assert_tuned_checkpoint_survives_fuzzing,
+    tune_and_save,
+)
 from aitune_inductor import TorchInductorAotBackend, TorchInductorJitBackend
-
-FAST = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.001, max_time_s=0.01, max_batch_search=False)
 
 
 def build_model() -> torch.nn.Module:
@@ -30,46 +30,24 @@ def build_model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3)).eval()
 
 
-@attrs.define
-class Saved:
-    path: Path
-    x: torch.Tensor
-    y: torch.Tensor
-
-
-def _tune_and_save(backend: Any, name: str, folder: Path) -> Saved:
-    """Tune the model with one backend and save it; the tuned model is gone afterwards."""
-    config.cache_dir = folder / "cache"
-    module = ait.Module(build_model(), name)
-    strategy = ait.FirstWinsStrategy([backend], profile=FAST).enable_performance_validation(False)
-    ait.tune(module, [torch.randn(6) for _ in range(4)], batch_sizes=[1, 4], strategy=strategy)
-    path = ait.save(module, folder / "ckpt")
-    x = torch.randn(3, 6)
-    with torch.no_grad():
-        y = module(x)
-    del module
-    config.reset()
-    return Saved(path, x, y)
+@pytest.fixture(scope="module")
+def jit_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> TunedCheckpoint:
+    return tune_and_save(build_model, 6, TorchInductorJitBackend(), tmp_path_factory.mktemp("jit"), "security-jit")
 
 
 @pytest.fixture(scope="module")
-def jit_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Saved:
-    return _tune_and_save(TorchInductorJitBackend(), "security-jit", tmp_path_factory.mktemp("jit"))
+def aot_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> TunedCheckpoint:
+    return tune_and_save(build_model, 6, TorchInductorAotBackend(), tmp_path_factory.mktemp("aot"), "security-aot")
 
 
 @pytest.fixture(scope="module")
-def aot_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Saved:
-    return _tune_and_save(TorchInductorAotBackend(), "security-aot", tmp_path_factory.mktemp("aot"))
-
-
-@pytest.fixture(scope="module")
-def eager_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Saved:
-    return _tune_and_save(ait.TorchEagerBackend(), "security-eager", tmp_path_factory.mktemp("eager"))
+def eager_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> TunedCheckpoint:
+    return tune_and_save(build_model, 6, ait.TorchEagerBackend(), tmp_path_factory.mktemp("eager"), "security-eager")
 
 
 @pytest.fixture
-def copy_of(tmp_path: Path) -> Iterator[Callable[[Saved], Path]]:
-    def make(saved: Saved) -> Path:
+def copy_of(tmp_path: Path) -> Iterator[Callable[[TunedCheckpoint], Path]]:
+    def make(saved: TunedCheckpoint) -> Path:
         target = tmp_path / f"copy-{len(list(tmp_path.iterdir()))}"
         shutil.copytree(saved.path, target)
         return target
@@ -100,9 +78,13 @@ def _payloads(canaries: Canaries) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("payload", [0, 1])
 @pytest.mark.parametrize("source", ["jit", "eager"])
 def test_compiler_options_in_a_manifest_never_reach_the_compiler(
-    request: pytest.FixtureRequest, copy_of: Callable[[Saved], Path], tmp_path: Path, payload: int, source: str
+    request: pytest.FixtureRequest,
+    copy_of: Callable[[TunedCheckpoint], Path],
+    tmp_path: Path,
+    payload: int,
+    source: str,
 ) -> None:
-    saved: Saved = request.getfixturevalue(f"{source}_checkpoint")
+    saved: TunedCheckpoint = request.getfixturevalue(f"{source}_checkpoint")
     canaries = Canaries.make(tmp_path / "canaries")
     options = _payloads(canaries)[payload]
     path = copy_of(saved)
@@ -122,7 +104,7 @@ def test_compiler_options_in_a_manifest_never_reach_the_compiler(
 
 # --------------------------------------------------------------------------- attack 3: package members escape
 def test_a_package_member_that_leaves_its_folder_is_refused(
-    aot_checkpoint: Saved, copy_of: Callable[[Saved], Path], tmp_path: Path
+    aot_checkpoint: TunedCheckpoint, copy_of: Callable[[TunedCheckpoint], Path], tmp_path: Path
 ) -> None:
     path = copy_of(aot_checkpoint)
     canaries = Canaries.make(tmp_path / "canaries")
@@ -147,7 +129,7 @@ def test_a_package_member_that_leaves_its_folder_is_refused(
 
 # --------------------------------------------------------------------------- native code
 def test_an_aot_checkpoint_is_native_code_and_needs_trust(
-    aot_checkpoint: Saved, copy_of: Callable[[Saved], Path]
+    aot_checkpoint: TunedCheckpoint, copy_of: Callable[[TunedCheckpoint], Path]
 ) -> None:
     manifest = json.loads((aot_checkpoint.path / "manifest.json").read_text())
     assert [ref["native"] for ref in _backend(manifest)["artifacts"].values()] == [True]
@@ -176,13 +158,5 @@ def test_an_aot_checkpoint_is_native_code_and_needs_trust(
 def test_fuzzed_inductor_manifests_are_refused_or_load_harmlessly(
     request: pytest.FixtureRequest, tmp_path: Path, source: str
 ) -> None:
-    saved: Saved = request.getfixturevalue(f"{source}_checkpoint")
-
-    def same_answers(model: torch.nn.Module) -> None:
-        torch.testing.assert_close(model(saved.x), saved.y, rtol=1e-5, atol=1e-5)
-
-    report = assert_hostile_manifests_are_safe(
-        build_model, saved.path, Canaries.make(tmp_path / "canaries"), same_answers, tmp_path
-    )
-    assert report.refused > report.cases // 2
-    assert "modules[].graphs[].backend.name" not in report.accepted
+    saved: TunedCheckpoint = request.getfixturevalue(f"{source}_checkpoint")
+    assert_tuned_checkpoint_survives_fuzzing(build_model, saved, tmp_path, rtol=1e-5, atol=1e-5)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -13,6 +11,7 @@ import torch
 
 from aitune_core.backends.safe_options import UnsafeOptionError
 from aitune_core.backends.state import BackendState
+from aitune_core.testing.child_process import run_python
 from aitune_inductor import (
     TorchInductorAotBackend,
     TorchInductorAotBackendConfig,
@@ -107,7 +106,7 @@ def test_other_devices_are_refused() -> None:
     assert not verdict.available and "mps" in verdict.reason
 
 
-def test_import_compiles_nothing(helpers: Any) -> None:
+def test_import_compiles_nothing() -> None:
     """Importing the plugin (and its entry point) pulls in neither Inductor nor Dynamo."""
     code = (
         "import sys, torch\n"
@@ -117,9 +116,8 @@ def test_import_compiles_nothing(helpers: Any) -> None:
         " 'torch.export', 'triton')))\n"
         "print(heavy)\n"
     )
-    completed = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=helpers.env_with_sources()
-    )
+    completed = run_python(code, "aitune_inductor")
+    assert completed.returncode == 0, completed.stderr[-2000:]
     assert completed.stdout.strip().splitlines()[-1] == "[]"
 
 

@@ -21,6 +21,7 @@ import torch
 
 from aitune_core.backends.base import BuildContext
 from aitune_core.testing import BackendConformance
+from aitune_core.testing.models import KeywordsAndDynamicAxisCalls
 from aitune_inductor import TorchInductorAotBackend, TorchInductorJitBackend
 from aitune_inductor.aot import PACKAGE_FILE
 from aitune_inductor.call_layout import CallLayout
@@ -36,29 +37,7 @@ class TestJitConformance(BackendConformance):
         return TorchInductorJitBackend(autocast_enabled=True, autocast_dtype=torch.bfloat16)
 
 
-class KeywordsAndDynamicAxis(torch.nn.Module):
-    """Called with keywords; ``tokens`` also has a dynamic (non-batch) axis."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.proj = torch.nn.Linear(6, 6)
-
-    def forward(self, tokens: torch.Tensor, scale: torch.Tensor) -> dict[str, torch.Tensor]:
-        hidden = self.proj(tokens) * scale
-        return {"hidden": hidden, "pooled": hidden.mean(dim=1)}
-
-
-class DynamicAxisInputs:
-    batch_sizes = (2, 3)
-
-    def make_model(self) -> torch.nn.Module:
-        return KeywordsAndDynamicAxis()
-
-    def make_inputs(self, batch_size: int) -> dict[str, torch.Tensor]:
-        return {"tokens": torch.randn(batch_size, 3 + batch_size, 6), "scale": torch.rand(batch_size, 1, 1)}
-
-
-class TestJitConformanceWithKeywordsAndDynamicAxis(DynamicAxisInputs, TestJitConformance):
+class TestJitConformanceWithKeywordsAndDynamicAxis(KeywordsAndDynamicAxisCalls, TestJitConformance):
     pass
 
 
@@ -103,5 +82,5 @@ class TestAotConformance(BackendConformance):
         return ReusingAotBackend(strict=True)
 
 
-class TestAotConformanceWithKeywordsAndDynamicAxis(DynamicAxisInputs, TestAotConformance):
+class TestAotConformanceWithKeywordsAndDynamicAxis(KeywordsAndDynamicAxisCalls, TestAotConformance):
     pass

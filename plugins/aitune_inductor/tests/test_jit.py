@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from aitune_core.backends.base import BuildContext
+from aitune_core.testing.models import mlp_call
+from aitune_core.testing.recording import at_shape, record
 from aitune_inductor import TorchInductorJitBackend
 
 pytestmark = pytest.mark.slow
@@ -31,10 +33,8 @@ def test_builds_one_dynamic_graph(built: TorchInductorJitBackend) -> None:
 
 
 @pytest.mark.parametrize("which", ["min", "opt", "max"])
-def test_matches_eager_at_shape(
-    built: TorchInductorJitBackend, mlp_context: BuildContext, helpers: Any, which: str
-) -> None:
-    args, kwargs = helpers.at_shape(mlp_context, which)
+def test_matches_eager_at_shape(built: TorchInductorJitBackend, mlp_context: BuildContext, which: str) -> None:
+    args, kwargs = at_shape(mlp_context, which)
     with torch.no_grad():
         torch.testing.assert_close(built(*args, **kwargs), mlp_context.module(*args, **kwargs))
 
@@ -52,9 +52,9 @@ class Widening(torch.nn.Module):
         return self.down(torch.nn.functional.gelu(self.up(x)))
 
 
-def test_batch_sizes_from_one_build_one_graph(helpers: Any, tmp_path: Any) -> None:
+def test_batch_sizes_from_one_build_one_graph(tmp_path: Any) -> None:
     """Batch 1 is special to Dynamo (0/1 specialisation); it must still share the one graph."""
-    context = helpers.record(Widening(), lambda b: (torch.randn(b, 8),), (1, 2, 4, 8), tmp_path)
+    context = record(Widening(), mlp_call, (1, 2, 4, 8), tmp_path)
     backend = TorchInductorJitBackend().build(context)
     info = backend.build_info
     assert info["marked_dynamic"] == ["x[0] in [1, 8]"]
@@ -78,8 +78,8 @@ class SqueezesBatch(torch.nn.Module):
         return self.proj(x).squeeze().softmax(0).reshape(x.shape[0], -1)
 
 
-def test_size_one_gets_its_own_graph_where_sharing_changes_the_output(helpers: Any, tmp_path: Any) -> None:
-    context = helpers.record(SqueezesBatch(), lambda b: (torch.randn(b, 8),), (1, 4), tmp_path)
+def test_size_one_gets_its_own_graph_where_sharing_changes_the_output(tmp_path: Any) -> None:
+    context = record(SqueezesBatch(), mlp_call, (1, 4), tmp_path)
     backend = TorchInductorJitBackend().build(context)
     assert backend.build_info["size_one"].startswith("own graph: "), backend.build_info
     assert backend.build_info["marked_dynamic"] == ["x[0] in [2, 4]"]
@@ -127,8 +127,8 @@ class Breaking(torch.nn.Module):
         return torch.relu(hidden)
 
 
-def test_graph_breaks_are_reported_and_fullgraph_refuses_them(helpers: Any, tmp_path: Any) -> None:
-    context = helpers.record(Breaking(), lambda b: (torch.randn(b, 8),), (2, 4), tmp_path)
+def test_graph_breaks_are_reported_and_fullgraph_refuses_them(tmp_path: Any) -> None:
+    context = record(Breaking(), mlp_call, (2, 4), tmp_path)
     with pytest.raises(Exception, match=r"(?i)graph.break"):
         TorchInductorJitBackend(fullgraph=True).build(context)
     backend = TorchInductorJitBackend().build(context)
@@ -162,11 +162,11 @@ class BranchesOnBatch(torch.nn.Module):
         return self.proj(x)
 
 
-def test_bounds_the_model_contradicts_are_dropped(helpers: Any, tmp_path: Any) -> None:
-    context = helpers.record(BranchesOnBatch(), lambda b: (torch.randn(b, 8),), (2, 4, 8), tmp_path)
+def test_bounds_the_model_contradicts_are_dropped(tmp_path: Any) -> None:
+    context = record(BranchesOnBatch(), mlp_call, (2, 4, 8), tmp_path)
     backend = TorchInductorJitBackend().build(context)
     assert "Constraint" in backend.build_info["bounds_dropped"]
     for which in ("min", "opt", "max"):
-        args, kwargs = helpers.at_shape(context, which)
+        args, kwargs = at_shape(context, which)
         with torch.no_grad():
             torch.testing.assert_close(backend(*args, **kwargs), context.module(*args, **kwargs))

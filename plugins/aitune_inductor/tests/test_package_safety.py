@@ -14,13 +14,13 @@ import warnings
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import attrs
 import pytest
 import torch
 
 from aitune_core.backends.base import BuildContext
+from aitune_core.testing.recording import at_shape
 from aitune_inductor import TorchInductorAotBackend, aot
 from aitune_inductor.aot import PACKAGE_ARTIFACT, load_package
 from aitune_inductor.package_safety import DEFAULT_LIMITS, PackageLimits, check_package, unpack_package
@@ -188,7 +188,7 @@ def test_a_package_with_an_escaping_member_is_refused_through_the_backend(
 
 @pytest.mark.slow
 def test_a_clean_package_loads_and_runs_from_a_private_copy(
-    built: TorchInductorAotBackend, mlp_context: BuildContext, tmp_path: Path, helpers: Any
+    built: TorchInductorAotBackend, mlp_context: BuildContext, tmp_path: Path
 ) -> None:
     assert built.package_path is not None
     copy = tmp_path / "checkpoint" / "model.pt2"
@@ -200,7 +200,7 @@ def test_a_clean_package_loads_and_runs_from_a_private_copy(
     backend.activate(context)
     (unpacked,) = (tmp_path / "cache").iterdir()
     assert unpacked.name.startswith("aitune-aot-") and stat.S_IMODE(unpacked.stat().st_mode) == 0o700
-    args, kwargs = helpers.at_shape(mlp_context, "opt")
+    args, kwargs = at_shape(mlp_context, "opt")
     with torch.no_grad():
         torch.testing.assert_close(backend(*args, **kwargs), mlp_context.module(*args, **kwargs))
     backend.deactivate()

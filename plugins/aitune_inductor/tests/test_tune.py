@@ -10,6 +10,7 @@ import torch
 
 import aitune_core as ait
 from aitune_core.profiling.measurement import ProfileConfig
+from aitune_core.testing.models import TinyMLP
 from aitune_inductor import TorchInductorAotBackend
 
 pytestmark = pytest.mark.slow
@@ -19,22 +20,20 @@ _names = itertools.count()
 ENTRY_POINT = "aitune_inductor.plugin"
 
 
-def _tuned(helpers: Any, strategy: ait.TuneStrategy) -> tuple[torch.nn.Module, ait.Module, Any]:
-    model = helpers.TinyMLP().eval()
+def _tuned(strategy: ait.TuneStrategy) -> tuple[torch.nn.Module, ait.Module, Any]:
+    model = TinyMLP().eval()
     wrapped = ait.Module(model, f"inductor-tune-{next(_names)}")
     dataset = [torch.randn(8) for _ in range(8)]
     report = ait.tune(wrapped, dataset, batch_sizes=[2, 4, 8], strategy=strategy)
     return model, wrapped, report
 
 
-def test_default_candidates_are_tuned_and_routed(
-    helpers: Any, aitune_fake_dist: Any, aitune_isolated_plugins: Any
-) -> None:
+def test_default_candidates_are_tuned_and_routed(aitune_fake_dist: Any, aitune_isolated_plugins: Any) -> None:
     """No backends named: the strategy takes the plugin's candidates (JIT, AOT) and eager."""
     aitune_isolated_plugins.load(aitune_fake_dist("aitune-inductor", entry_points={"inductor": ENTRY_POINT}))
     strategy = ait.MaxThroughputStrategy(profile=FAST_PROFILE)
     strategy.enable_performance_validation(False)  # this checks build, validate and route, not speed
-    model, wrapped, report = _tuned(helpers, strategy)
+    model, wrapped, report = _tuned(strategy)
     (graph,) = report.graphs
     tried = [candidate.backend for candidate in graph.candidates]
     assert tried == ["TorchInductorJitBackend()", "TorchInductorAotBackend()", "TorchEagerBackend()"]
@@ -46,11 +45,11 @@ def test_default_candidates_are_tuned_and_routed(
             torch.testing.assert_close(wrapped(x), model(x), rtol=1e-4, atol=1e-5)
 
 
-def test_batch_above_the_tuned_max_falls_back_to_eager(helpers: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_batch_above_the_tuned_max_falls_back_to_eager(monkeypatch: pytest.MonkeyPatch) -> None:
     """An AOT package built for batch <= 8 would run batch 2000; routing keeps it out."""
     strategy = ait.OneBackendStrategy(TorchInductorAotBackend(), profile=FAST_PROFILE)
     strategy.enable_performance_validation(False)
-    model, wrapped, report = _tuned(helpers, strategy)
+    model, wrapped, report = _tuned(strategy)
     assert report.graphs[0].selected.backend == "TorchInductorAotBackend()"
     (route,) = wrapped._routes.values()
     assert isinstance(route.backend, TorchInductorAotBackend)

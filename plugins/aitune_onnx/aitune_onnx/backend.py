@@ -21,11 +21,12 @@ from typing import Any
 
 import torch
 
-from aitune_core.plugin_api import Availability, Backend, BuildContext, ForwardSignature, GraphSpec
+from aitune_core.plugin_api import Availability, BuildContext, GraphSpec
 from aitune_onnx.config import ONNXRuntimeBackendConfig
-from aitune_onnx.export import ExportedModel, data_file_name
-from aitune_onnx.export_cache import export_into, link_or_copy
-from aitune_onnx.layout import IOLayout, LayoutNotSerializable, layout_from_context
+from aitune_onnx.export import data_file_name
+from aitune_onnx.export_cache import link_or_copy
+from aitune_onnx.exported_graph import ExportedGraphBackend
+from aitune_onnx.layout import IOLayout
 from aitune_onnx.session import PROVIDER_DEVICES, OrtRunner, default_provider, provider_availability
 
 _FALSE_TEXT = ("0", "false", "False")
@@ -62,7 +63,7 @@ class _ConfiguredAvailability:
         return availability
 
 
-class ONNXRuntimeBackend(Backend):
+class ONNXRuntimeBackend(ExportedGraphBackend):
     """The graph exported with its dims (see :func:`aitune_onnx.export.export_graph`), run by ONNX Runtime."""
 
     name = "onnxruntime"
@@ -70,22 +71,16 @@ class ONNXRuntimeBackend(Backend):
     supported_devices = ("cpu", "cuda")
     availability = _ConfiguredAvailability()  # type: ignore[assignment]
     config: ONNXRuntimeBackendConfig
+    required_artifacts = (MODEL_ARTIFACT,)
+    kept_extra = ("export",)
 
     def __init__(self, config: ONNXRuntimeBackendConfig | None = None, **overrides: Any) -> None:
         super().__init__(config, **overrides)
         self._model_path: Path | None = None
         self._data_path: Path | None = None
         self._data_location: str | None = None
-        self._layout: IOLayout | None = None
-        self._exported: ExportedModel | None = None
-        self._signature: ForwardSignature | None = None
         self._runner: OrtRunner | None = None
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
-        self._restored_extra: dict[str, Any] = {}
-
-    @property
-    def is_jit(self) -> bool:
-        return False
 
     @property
     def lossy(self) -> bool:
@@ -103,17 +98,8 @@ class ONNXRuntimeBackend(Backend):
         return (config.provider_options or {}).get("use_tf32", "1") not in _FALSE_TEXT
 
     @property
-    def exported(self) -> ExportedModel | None:
-        """What the build exported (None for a backend restored from a checkpoint)."""
-        return self._exported
-
-    @property
     def model_path(self) -> Path | None:
         return self._model_path
-
-    @property
-    def layout(self) -> IOLayout | None:
-        return self._layout
 
     @property
     def session(self) -> Any:
@@ -122,56 +108,29 @@ class ONNXRuntimeBackend(Backend):
 
     # ------------------------------------------------------------------ building
     def _build(self, context: BuildContext) -> None:
-        config = self.config
-        availability = self.availability(context.device)
-        if not availability.available:
-            raise RuntimeError(f"{self.describe()} cannot run on {context.device}: {availability.reason}")
+        self._check_available(context.device)
         # Candidates that differ in provider or session options share one export (see export_cache).
-        exported = export_into(
-            context.cache_dir,
-            context.module,
-            context.graph_spec,
-            context.samples,
-            context.signature,
-            config.export_config(),
-            context.device,
-            MODEL_FILE,
-        )
-        self._exported = exported
-        self._layout = exported.layout
+        exported = self._export(context, MODEL_FILE)
+        self._adopt(exported, context)
         self._model_path = exported.path
         self._data_path = exported.external_data
         self._data_location = None if exported.external_data is None else exported.external_data.name
-        self._signature = context.signature
         self._load()
         assert self._runner is not None
         self.build_info = {**exported.summary(), "providers": ", ".join(self._runner.providers)}
 
     def _load(self) -> None:
         """Create the session from the files; this never exports."""
-        if self._model_path is None:
-            raise RuntimeError(f"{self.describe()} has no ONNX model to load; build it or restore it from a checkpoint")
-        if not self._model_path.is_file():
-            raise FileNotFoundError(f"{self.describe()}: ONNX model {self._model_path} does not exist")
-        if self._layout is None:
-            self._layout = self._layout_from_context()
-        if self.context is not None:
-            self._signature = self.context.signature
-        elif self._signature is None:
-            self._signature = self._layout.signature()
-        if self._signature is None:
-            raise RuntimeError(f"{self.describe()} needs a BuildContext to learn the module's forward signature")
+        self._file_to_load(self._model_path, "ONNX model")
+        layout, _ = self._call_layout()
         device = (
             self.context.device if self.context is not None else torch.device(PROVIDER_DEVICES[self.config.provider])
         )
-        runner = OrtRunner(self._model_file(), self.config, device, self._layout.input_names, self._layout.output_names)
-        check_layout_names(self.describe(), self._layout, runner.session)
+        runner = OrtRunner(self._model_file(), self.config, device, layout.input_names, layout.output_names)
+        check_layout_names(self.describe(), layout, runner.session)
         if self.context is not None:
-            check_layout_fits_graph(self.describe(), self._layout, self.context.graph_spec)
+            check_layout_fits_graph(self.describe(), layout, self.context.graph_spec)
         self._runner = runner
-
-    def _layout_from_context(self) -> IOLayout:
-        return layout_from_context(self.describe(), self.context)
 
     def _model_file(self) -> Path:
         """The model path to open, with its external data beside it under the name it expects.
@@ -214,13 +173,8 @@ class ONNXRuntimeBackend(Backend):
             self._scratch = None
 
     # ------------------------------------------------------------------ persistence
-    def _artifacts(self) -> dict[str, Path]:
-        artifacts = {}
-        if self._model_path is not None:
-            artifacts[MODEL_ARTIFACT] = self._model_path
-        if self._data_path is not None:
-            artifacts[DATA_ARTIFACT] = self._data_path
-        return artifacts
+    def _artifact_paths(self) -> dict[str, Path | None]:
+        return {MODEL_ARTIFACT: self._model_path, DATA_ARTIFACT: self._data_path}
 
     def native_artifacts(self) -> frozenset[str]:
         """None: the model and its weights are data that ONNX Runtime's own kernels run.
@@ -232,13 +186,7 @@ class ONNXRuntimeBackend(Backend):
         return frozenset()
 
     def _extra_state(self) -> dict[str, Any]:
-        layout = None
-        if self._layout is not None:
-            try:
-                layout = self._layout.to_dict()
-            except LayoutNotSerializable:
-                layout = None  # rebuilt from the module on restore, see _layout_from_context
-        extra: dict[str, Any] = {"layout": layout, DATA_LOCATION_KEY: self._data_location}
+        extra = {**super()._extra_state(), DATA_LOCATION_KEY: self._data_location}
         if self._exported is not None:
             extra["export"] = {
                 "exporter": self._exported.exporter,
@@ -248,13 +196,10 @@ class ONNXRuntimeBackend(Backend):
                     for name, axes in self._exported.dynamic_axes.items()
                 },
             }
-        elif "export" in self._restored_extra:
-            extra["export"] = self._restored_extra["export"]
         return extra
 
     def _restore(self, artifacts: dict[str, Path], extra: dict[str, Any]) -> None:
-        if MODEL_ARTIFACT not in artifacts:
-            raise ValueError(f"{type(self).__name__} checkpoint data has no {MODEL_ARTIFACT!r} artifact")
+        super()._restore(artifacts, extra)
         self._model_path = Path(artifacts[MODEL_ARTIFACT])
         data = artifacts.get(DATA_ARTIFACT)
         self._data_path = None if data is None else Path(data)
@@ -263,14 +208,8 @@ class ONNXRuntimeBackend(Backend):
             self._data_location = plain_file_name(DATA_LOCATION_KEY, location)
         else:
             self._data_location = None if data is None else data_file_name(Path(MODEL_FILE))
-        layout = extra.get("layout")
-        self._layout = IOLayout.from_dict(layout) if layout else None
-        self._restored_extra = dict(extra)
 
     # ------------------------------------------------------------------ lifecycle
-    def _activate(self) -> None:
-        self._load()
-
     def _deactivate(self) -> None:
         self._runner = None
         self._drop_scratch()

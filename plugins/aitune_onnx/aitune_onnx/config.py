@@ -1,8 +1,9 @@
 """The ONNX Runtime backend's config: how to export, and how to run the session.
 
 One flat attrs class, so that users write ``ONNXRuntimeBackend(provider="cuda",
-intra_op_num_threads=4)`` and checkpoints store plain values. The export settings are
-handed to :func:`aitune_onnx.export.export_graph` as an :class:`ExportConfig`.
+intra_op_num_threads=4)`` and checkpoints store plain values. The export settings come
+from :class:`~aitune_onnx.exported_graph.ExportedGraphConfig`, which the TensorRT
+backend's config shares, and are handed to :func:`aitune_onnx.export.export_graph`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from typing import Any
 
 import attrs
 
-from aitune_core.plugin_api import BackendConfig, allowed_options
-from aitune_onnx.export import EXPORTERS, EXTERNAL_DATA, ExportConfig
+from aitune_core.plugin_api import allowed_options
+from aitune_onnx.exported_graph import ExportedGraphConfig
 from aitune_onnx.provider_options import provider_allow_list
 
 PROVIDERS = ("cpu", "cuda", "tensorrt")
@@ -33,7 +34,7 @@ def _non_negative(_instance: Any, attribute: attrs.Attribute[Any], value: int | 
 
 
 @attrs.frozen
-class ONNXRuntimeBackendConfig(BackendConfig):
+class ONNXRuntimeBackendConfig(ExportedGraphConfig):
     """Settings of :class:`~aitune_onnx.ONNXRuntimeBackend`.
 
     provider: the execution provider: ``"cpu"``, ``"cuda"`` or ``"tensorrt"`` (the
@@ -55,7 +56,7 @@ class ONNXRuntimeBackendConfig(BackendConfig):
         copy; off runs ``session.run`` with numpy views (CPU only, a few microseconds
         less per call on small models).
     exporter, torchscript_fallback, opset_version, optimize, external_data: how the
-        graph is exported; see :class:`~aitune_onnx.export.ExportConfig`.
+        graph is exported; see :class:`~aitune_onnx.exported_graph.ExportedGraphConfig`.
     """
 
     provider: str = attrs.field(default="cpu", validator=attrs.validators.in_(PROVIDERS))
@@ -68,17 +69,3 @@ class ONNXRuntimeBackendConfig(BackendConfig):
     execution_mode: str = attrs.field(default="sequential", validator=attrs.validators.in_(EXECUTION_MODES))
     allow_spinning: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     io_binding: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
-    exporter: str = attrs.field(default="dynamo", validator=attrs.validators.in_(EXPORTERS))
-    torchscript_fallback: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
-    opset_version: int | None = attrs.field(default=None, validator=_non_negative)
-    optimize: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
-    external_data: str = attrs.field(default="auto", validator=attrs.validators.in_(EXTERNAL_DATA))
-
-    def export_config(self) -> ExportConfig:
-        return ExportConfig(
-            exporter=self.exporter,
-            torchscript_fallback=self.torchscript_fallback,
-            opset_version=self.opset_version,
-            optimize=self.optimize,
-            external_data=self.external_data,
-        )

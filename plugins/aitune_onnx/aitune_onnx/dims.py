@@ -6,7 +6,8 @@ that is not told bakes the example's sizes into the model, and one told too litt
 (independent names for axes that always move together) loses what runtimes such as
 TensorRT need to plan for.
 
-* The dynamo exporter gets ``torch.export`` dims: one ``Dim("batch")`` shared by every
+* The dynamo exporter gets the ``torch.export`` dims every exporting backend gets
+  (:func:`aitune_core.plugin_api.export_dims`): one ``Dim("batch")`` shared by every
   batch axis, ``m * batch`` for an axis holding ``m`` rows per sample, and
   ``Dim.DYNAMIC`` with min and max for each other ranged axis, so that export itself
   works out which of those are equal (two inputs sharing a sequence length).
@@ -22,30 +23,22 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from aitune_core.plugin_api import GraphSpec
+from aitune_core.plugin_api import BATCH_DIM, GraphSpec, export_dims, varying_batch_range
 from aitune_onnx.layout import IOLayout
 
 if TYPE_CHECKING:
     import onnx
 
-BATCH = "batch"
 Dims = dict[str, list[int | str | None]]
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def batch_dim_name(multiplier: int) -> str:
-    return BATCH if multiplier == 1 else f"{multiplier}*{BATCH}"
+    return BATCH_DIM if multiplier == 1 else f"{multiplier}*{BATCH_DIM}"
 
 
 def dynamic_dim_name(input_name: str, axis: int) -> str:
     return f"{input_name}_dim{axis}"
-
-
-def _batch_bounds(graph: GraphSpec) -> tuple[int, int] | None:
-    batch_range = graph.batch_range
-    if batch_range is None or batch_range[0] >= batch_range[1]:
-        return None
-    return batch_range
 
 
 def dynamo_shapes(graph: GraphSpec, layout: IOLayout) -> tuple[tuple[dict[int, Any] | None, ...]]:
@@ -54,21 +47,8 @@ def dynamo_shapes(graph: GraphSpec, layout: IOLayout) -> tuple[tuple[dict[int, A
     The adapter's only parameter is ``*tensors``, so the spec is a one-element tuple
     holding one entry per ONNX input: a dict ``axis -> dim``, or None for a static tensor.
     """
-    from torch.export import Dim
-
-    bounds = _batch_bounds(graph)
-    batch = Dim(BATCH, min=bounds[0], max=bounds[1]) if bounds is not None else None
-    per_input: list[dict[int, Any] | None] = []
-    for locator in layout.inputs:
-        spec = graph.input_spec.spec(locator)
-        dims: dict[int, Any] = {}
-        if batch is not None:
-            for axis, multiplier in spec.get_batch_axis_multipliers().items():
-                dims[axis] = batch if multiplier == 1 else multiplier * batch
-        for axis in spec.dynamic_axes():
-            dims[axis] = Dim.DYNAMIC(min=spec.min_shape[axis], max=spec.max_shape[axis])
-        per_input.append(dims or None)
-    return (tuple(per_input),)
+    dims = export_dims(graph)
+    return (tuple(dims.get(locator) for locator in layout.inputs),)
 
 
 def torchscript_axes(graph: GraphSpec, layout: IOLayout) -> dict[str, dict[int, str]]:
@@ -78,7 +58,7 @@ def torchscript_axes(graph: GraphSpec, layout: IOLayout) -> dict[str, dict[int, 
     exporter's own shape inference names them after the input dims they come from.
     """
     axes: dict[str, dict[int, str]] = {}
-    batched = _batch_bounds(graph) is not None
+    batched = varying_batch_range(graph) is not None
     for locator, name in zip(layout.inputs, layout.input_names, strict=True):
         spec = graph.input_spec.spec(locator)
         named = {axis: batch_dim_name(m) for axis, m in spec.get_batch_axis_multipliers().items()} if batched else {}
@@ -113,7 +93,7 @@ def dynamo_renames(graph: GraphSpec, layout: IOLayout, model_inputs: list[Any]) 
                 isinstance(symbol_name, str)
                 and _SYMBOL.fullmatch(symbol_name)
                 and symbol_name not in renames
-                and symbol_name != BATCH
+                and symbol_name != BATCH_DIM
             ):
                 renames[symbol_name] = dynamic_dim_name(name, axis)
     return renames

@@ -227,10 +227,7 @@ def export_graph(
         _remove_outputs(path)
         try:
             with torch.no_grad(), _quiet(), _modes_kept(module):
-                if exporter == "dynamo":
-                    _export_dynamo(adapter, tensors, graph_spec, layout, path, config)
-                else:
-                    _export_torchscript(adapter, tensors, graph_spec, layout, path, config)
+                _run_exporter(exporter, adapter, tensors, graph_spec, layout, path, config)
         except Exception as error:
             message, op = describe_failure(exporter, error)
             failures.append((exporter, message))
@@ -317,7 +314,8 @@ def _quiet() -> Iterator[None]:
         registration.setLevel(level)
 
 
-def _export_dynamo(
+def _run_exporter(
+    exporter: str,
     adapter: FlatModule,
     tensors: tuple[torch.Tensor, ...],
     graph: GraphSpec,
@@ -325,18 +323,28 @@ def _export_dynamo(
     path: Path,
     config: ExportConfig,
 ) -> None:
+    """Write ``path`` with one exporter, told the graph's names and symbolic axes each in its own terms."""
+    common: dict[str, Any] = {
+        "input_names": layout.input_names,
+        "output_names": layout.output_names,
+        "opset_version": config.opset_version,
+    }
+    if exporter == "torchscript":
+        axes = dims.torchscript_axes(graph, layout)
+        torch.onnx.export(adapter, tensors, str(path), dynamo=False, dynamic_axes=axes, **common)
+        return
+    shapes = dims.dynamo_shapes(graph, layout)
     program = torch.onnx.export(
-        adapter,
-        tensors,
-        dynamo=True,
-        input_names=layout.input_names,
-        output_names=layout.output_names,
-        dynamic_shapes=dims.dynamo_shapes(graph, layout),
-        opset_version=config.opset_version,
-        optimize=config.optimize,
-        verbose=False,
+        adapter, tensors, dynamo=True, dynamic_shapes=shapes, optimize=config.optimize, verbose=False, **common
     )
     assert program is not None
+    _save_program(program, graph, layout, path, config)
+
+
+def _save_program(
+    program: torch.onnx.ONNXProgram, graph: GraphSpec, layout: IOLayout, path: Path, config: ExportConfig
+) -> None:
+    """The dynamo exporter's program on disk, its invented dim names replaced by readable ones."""
     with contextlib.suppress(Exception):  # readable dim names are a nicety, never a failure
         renames = dims.dynamo_renames(graph, layout, list(program.model.graph.inputs))
         if renames:
@@ -350,26 +358,6 @@ def _export_dynamo(
         onnx_ir.save(program.model, str(path), external_data=data_file_name(path), size_threshold_bytes=INLINE_BYTES)
     else:
         program.save(str(path), external_data=False)
-
-
-def _export_torchscript(
-    adapter: FlatModule,
-    tensors: tuple[torch.Tensor, ...],
-    graph: GraphSpec,
-    layout: IOLayout,
-    path: Path,
-    config: ExportConfig,
-) -> None:
-    torch.onnx.export(
-        adapter,
-        tensors,
-        str(path),
-        dynamo=False,
-        input_names=layout.input_names,
-        output_names=layout.output_names,
-        dynamic_axes=dims.torchscript_axes(graph, layout),
-        opset_version=config.opset_version,
-    )
 
 
 def describe_failure(exporter: str, error: BaseException) -> tuple[str, str | None]:

@@ -14,6 +14,7 @@ import torch
 from aitune_core.backends.base import BuildContext
 from aitune_core.backends.state import BackendState
 from aitune_core.metadata.locator import walk_outputs
+from aitune_core.testing.recording import at_shape
 from aitune_onnx import ONNXRuntimeBackend
 from aitune_onnx.layout import ConstantMismatchError
 
@@ -41,9 +42,9 @@ def nested_backend(nested_context: BuildContext) -> Iterator[ONNXRuntimeBackend]
 
 @pytest.mark.parametrize("which", ["min", "opt", "max"])
 def test_matches_eager_with_nested_inputs_and_outputs(
-    nested_backend: ONNXRuntimeBackend, nested_context: BuildContext, helpers: Any, which: str
+    nested_backend: ONNXRuntimeBackend, nested_context: BuildContext, which: str
 ) -> None:
-    args, kwargs = helpers.at_shape(nested_context, which)
+    args, kwargs = at_shape(nested_context, which)
     with torch.no_grad():
         expected = nested_context.module(*args, **kwargs)
     actual = nested_backend(*args, **kwargs)
@@ -67,10 +68,10 @@ def tagger_backend(tagger_context: BuildContext) -> Iterator[ONNXRuntimeBackend]
 
 @pytest.mark.parametrize("which", ["min", "opt", "max"])
 def test_matches_eager_with_dynamic_sequence(
-    tagger_backend: ONNXRuntimeBackend, tagger_context: BuildContext, helpers: Any, which: str
+    tagger_backend: ONNXRuntimeBackend, tagger_context: BuildContext, which: str
 ) -> None:
     backend = tagger_backend
-    args, kwargs = helpers.at_shape(tagger_context, which)
+    args, kwargs = at_shape(tagger_context, which)
     with torch.no_grad():
         expected = tagger_context.module(*args, **kwargs)
     torch.testing.assert_close(backend(*args, **kwargs), expected, rtol=1e-4, atol=1e-5)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from aitune_core.backends.base import BuildContext
+from aitune_core.testing.recording import at_shape, record
 from aitune_onnx import ExportConfig, ExportedModel, ExportError, export_graph
 from aitune_onnx.dims import read_dims
 
@@ -28,10 +29,10 @@ def _export(context: BuildContext, folder: Path, **config: Any) -> ExportedModel
     )
 
 
-def _run_raw(exported: ExportedModel, context: BuildContext, which: str, helpers: Any) -> None:
+def _run_raw(exported: ExportedModel, context: BuildContext, which: str) -> None:
     """Run the file with a plain onnxruntime session (no backend) and compare with eager."""
     session = onnxruntime.InferenceSession(str(exported.path), providers=["CPUExecutionProvider"])
-    args, kwargs = helpers.at_shape(context, which)
+    args, kwargs = at_shape(context, which)
     arguments = context.signature.normalize(args, kwargs)
     feed = {
         name: tensor.numpy()
@@ -67,13 +68,11 @@ def test_dynamic_batch_and_sequence_are_symbolic(tagger_export: ExportedModel) -
 
 
 @pytest.mark.parametrize("which", ["min", "max"])
-def test_ort_runs_at_the_extremes(
-    tagger_export: ExportedModel, tagger_context: BuildContext, helpers: Any, which: str
-) -> None:
-    _run_raw(tagger_export, tagger_context, which, helpers)
+def test_ort_runs_at_the_extremes(tagger_export: ExportedModel, tagger_context: BuildContext, which: str) -> None:
+    _run_raw(tagger_export, tagger_context, which)
 
 
-def test_names_follow_access_paths_with_nesting(nested_context: BuildContext, tmp_path: Path, helpers: Any) -> None:
+def test_names_follow_access_paths_with_nesting(nested_context: BuildContext, tmp_path: Path) -> None:
     exported = _export(nested_context, tmp_path)
     assert exported.input_names == {"values[0]": "values_0", 'values[1]["pairs"]': "values_1_pairs"}
     assert exported.output_names == {
@@ -90,11 +89,11 @@ def test_names_follow_access_paths_with_nesting(nested_context: BuildContext, tm
     # `double=True` was recorded, so it is baked in; the string output stays in the template.
     assert [(locator.display_path, value) for locator, value in exported.layout.constants] == [("double", True)]
     for which in ("min", "opt", "max"):
-        _run_raw(exported, nested_context, which, helpers)
+        _run_raw(exported, nested_context, which)
 
 
 def test_torchscript_exporter_can_be_chosen(
-    tagger_context: BuildContext, nested_context: BuildContext, tmp_path: Path, helpers: Any
+    tagger_context: BuildContext, nested_context: BuildContext, tmp_path: Path
 ) -> None:
     tagger = _export(tagger_context, tmp_path / "tagger", exporter="torchscript")
     assert tagger.exporter == "torchscript"
@@ -103,8 +102,8 @@ def test_torchscript_exporter_can_be_chosen(
     nested = _export(nested_context, tmp_path / "nested", exporter="torchscript")
     assert nested.dynamic_axes["values_1_pairs"] == {0: "2*batch"}
     for which in ("min", "max"):
-        _run_raw(tagger, tagger_context, which, helpers)
-        _run_raw(nested, nested_context, which, helpers)
+        _run_raw(tagger, tagger_context, which)
+        _run_raw(nested, nested_context, which)
 
 
 class Branchy(torch.nn.Module):
@@ -120,13 +119,13 @@ class Branchy(torch.nn.Module):
         return -x
 
 
-def test_torchscript_fallback_when_dynamo_fails(tmp_path: Path, helpers: Any) -> None:
-    context = helpers.record(Branchy(), lambda b: ((torch.rand(b, 4),), {}), (2, 4), tmp_path / "cache")
+def test_torchscript_fallback_when_dynamo_fails(tmp_path: Path) -> None:
+    context = record(Branchy(), lambda b: ((torch.rand(b, 4),), {}), (2, 4), tmp_path / "cache")
     exported = _export(context, tmp_path)
     assert exported.exporter == "torchscript"
     assert exported.fallback_reason.startswith("dynamo exporter raised")
     assert exported.dynamic_axes["x"] == {0: "batch"}
-    _run_raw(exported, context, "min", helpers)
+    _run_raw(exported, context, "min")
     with pytest.raises(ExportError, match="dynamo exporter raised") as raised:
         _export(context, tmp_path / "no-fallback", torchscript_fallback=False)
     assert [exporter for exporter, _ in raised.value.failures] == ["dynamo"]
@@ -147,8 +146,8 @@ class Mysterious(torch.nn.Module):
         return mystery(x) + 1
 
 
-def test_export_failure_names_the_exporters_and_the_op(tmp_path: Path, helpers: Any) -> None:
-    context = helpers.record(Mysterious(), lambda b: ((torch.randn(b, 4),), {}), (2, 4), tmp_path / "cache")
+def test_export_failure_names_the_exporters_and_the_op(tmp_path: Path) -> None:
+    context = record(Mysterious(), lambda b: ((torch.randn(b, 4),), {}), (2, 4), tmp_path / "cache")
     with pytest.raises(ExportError) as raised:
         _export(context, tmp_path)
     error = raised.value
@@ -162,17 +161,17 @@ def test_export_failure_names_the_exporters_and_the_op(tmp_path: Path, helpers: 
     assert not list(tmp_path.glob("*.onnx*")), "a failed export leaves no file behind"
 
 
-def test_external_data_in_one_file(mlp_context: BuildContext, tmp_path: Path, helpers: Any) -> None:
+def test_external_data_in_one_file(mlp_context: BuildContext, tmp_path: Path) -> None:
     exported = _export(mlp_context, tmp_path, external_data="always")
     assert exported.external_data == tmp_path / "model.onnx.data"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["model.onnx", "model.onnx.data"]
     weights = {t.name: t for t in onnx.load(str(exported.path), load_external_data=False).graph.initializer}
     assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in weights.values())
     onnx.checker.check_model(str(exported.path))
-    _run_raw(exported, mlp_context, "max", helpers)
+    _run_raw(exported, mlp_context, "max")
     converted = _export(mlp_context, tmp_path / "ts", exporter="torchscript", external_data="always")
     assert converted.external_data is not None and converted.external_data.is_file()
-    _run_raw(converted, mlp_context, "min", helpers)
+    _run_raw(converted, mlp_context, "min")
 
 
 def test_data_dependent_outputs_are_reported(positive_context: BuildContext, tmp_path: Path) -> None:

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.metadata
-import os
-import subprocess
-import sys
-import tomllib
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 from aitune_core.plugins import PluginStatus, default_candidates, get_backend_class
+from aitune_core.testing.child_process import run_python
+from aitune_core.testing.packaging import installed_entry_points, pyproject
 from aitune_onnx import ONNXRuntimeBackend
 
 ENTRY_POINT = "aitune_onnx.plugin"
@@ -50,15 +46,10 @@ def test_default_candidates(registry: Any) -> None:
 
 
 def test_pyproject_declares_the_entry_point() -> None:
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
-    assert pyproject["project"]["entry-points"]["aitune.plugins"] == {"onnx": ENTRY_POINT}
-    assert not any(dep.startswith("torch") for dep in pyproject["project"]["dependencies"])
-    try:
-        installed = importlib.metadata.distribution("aitune-onnx")
-    except importlib.metadata.PackageNotFoundError:
-        return
-    (entry_point,) = installed.entry_points.select(group="aitune.plugins")
-    assert (entry_point.name, entry_point.value) == ("onnx", ENTRY_POINT)
+    declared = pyproject(__file__)
+    assert declared["project"]["entry-points"]["aitune.plugins"] == {"onnx": ENTRY_POINT}
+    assert not any(dep.startswith("torch") for dep in declared["project"]["dependencies"])
+    assert installed_entry_points("aitune-onnx") in (None, [("onnx", ENTRY_POINT)])
 
 
 def test_importing_the_plugin_imports_no_onnx() -> None:
@@ -69,15 +60,5 @@ def test_importing_the_plugin_imports_no_onnx() -> None:
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('onnx', 'onnxruntime', 'onnxscript'))\n"
         "assert not loaded, loaded\n"
     )
-    import aitune_core
-    import aitune_onnx
-
-    paths = [str(Path(module.__file__).resolve().parents[1]) for module in (aitune_onnx, aitune_core)]
-    completed = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
-        timeout=120,
-    )
+    completed = run_python(code, "aitune_onnx")
     assert completed.returncode == 0, completed.stderr[-2000:]

@@ -10,6 +10,7 @@ import torch
 
 import aitune_core as ait
 from aitune_core.profiling.measurement import ProfileConfig
+from aitune_core.testing.models import Positive, TinyMLP
 from aitune_onnx import ONNXRuntimeBackend
 
 pytestmark = pytest.mark.slow
@@ -18,8 +19,8 @@ FAST_PROFILE = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.005, ma
 _names = itertools.count()
 
 
-def test_tune_builds_validates_and_routes(helpers: Any) -> None:
-    model = helpers.TinyMLP().eval()
+def test_tune_builds_validates_and_routes() -> None:
+    model = TinyMLP().eval()
     wrapped = ait.Module(model, f"onnx-tune-{next(_names)}")
     strategy = ait.MaxThroughputStrategy(backends=[ONNXRuntimeBackend(), ait.TorchEagerBackend()], profile=FAST_PROFILE)
     report = ait.tune(wrapped, [torch.randn(8) for _ in range(8)], batch_sizes=[2, 4, 8], strategy=strategy)
@@ -33,9 +34,9 @@ def test_tune_builds_validates_and_routes(helpers: Any) -> None:
             torch.testing.assert_close(wrapped(x), model(x), rtol=1e-4, atol=1e-5)
 
 
-def test_nonzero_validates_through_a_strategy(helpers: Any) -> None:
+def test_nonzero_validates_through_a_strategy() -> None:
     """Validation compares a data-dependent output at every recorded sample and extreme."""
-    model = helpers.Positive().eval()
+    model = Positive().eval()
     wrapped = ait.Module(model, f"onnx-tune-{next(_names)}")
     strategy = ait.OneBackendStrategy(ONNXRuntimeBackend(), profile=FAST_PROFILE)
     strategy.enable_performance_validation(False)
@@ -47,10 +48,10 @@ def test_nonzero_validates_through_a_strategy(helpers: Any) -> None:
     torch.testing.assert_close(doubled, x * 2)
 
 
-def test_tune_with_the_plugins_defaults(helpers: Any, aitune_fake_dist: Any, aitune_isolated_plugins: Any) -> None:
+def test_tune_with_the_plugins_defaults(aitune_fake_dist: Any, aitune_isolated_plugins: Any) -> None:
     """No backend named: the installed plugin's default candidate is tried next to eager."""
     aitune_isolated_plugins.load(aitune_fake_dist("aitune-onnx", entry_points={"onnx": "aitune_onnx.plugin"}))
-    model = helpers.TinyMLP().eval()
+    model = TinyMLP().eval()
     wrapped = ait.Module(model, f"onnx-tune-{next(_names)}", strategy=ait.FirstWinsStrategy(profile=FAST_PROFILE))
     report = ait.tune(wrapped, [torch.randn(8) for _ in range(8)], batch_sizes=[2, 4])
     names = [candidate.backend for candidate in report.graphs[0].candidates]

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
 import aitune_core as ait
 from aitune_core.profiling import ProfileConfig
+from aitune_core.testing.models import TinyMLP, mlp_call
+from aitune_core.testing.recording import record
 from aitune_onnx import ExportConfig, ONNXRuntimeBackend, export_graph
 
 pytestmark = pytest.mark.slow
@@ -45,10 +46,10 @@ def test_the_torchscript_exporter_leaves_the_model_in_eval_mode() -> None:
         assert torch.equal(model(x), model(x))  # Dropout is off in later eager calls
 
 
-def test_export_keeps_every_submodule_mode(tmp_path: Path, helpers: Any) -> None:
+def test_export_keeps_every_submodule_mode(tmp_path: Path) -> None:
     """A submodule the user keeps in another mode than its parent keeps it after an export."""
-    model = helpers.TinyMLP().eval()
-    context = helpers.record(model, lambda batch: ((torch.randn(batch, 8),), {}), (2, 4), tmp_path / "cache")
+    model = TinyMLP().eval()
+    context = record(model, mlp_call, (2, 4), tmp_path / "cache")
     model.down.train()
     modes = {name: m.training for name, m in model.named_modules()}
     export_graph(

@@ -3,18 +3,18 @@
 What travels, and how often:
 
 * per graph, once: the module, its recorded samples and the graph spec, as one
-  :class:`~aitune_core.executors.payload.GraphPayload` put in Ray's object store
+  :class:`~aitune_core.plugin_api.GraphPayload` put in Ray's object store
   (``ray.put``); every task of the graph gets a reference, so a node fetches it once
   however many candidates it runs;
-* per candidate: the backend's registered name and config (plain data), and back the
-  result record as JSON plus, for an ahead-of-time backend, its artifacts as bytes in
+* per candidate: the backend's registered name and config (plain data), and back its
+  summary row as JSON plus, for an ahead-of-time backend, its artifacts as bytes in
   the object store, fetched only for the winner.
 
 Each task asks for what its device needs: one GPU (``num_gpus``) for CUDA graphs,
 ``num_cpus`` CPUs otherwise, plus any custom ``resources`` and, with ``memory_mb``, that
 much memory (Ray's ``memory`` resource), so that Ray places no more candidates on a
 node than its memory holds. Ray only books that memory; the task itself holds its
-candidate to it (:class:`~aitune_core.executors.memory.MemoryWatch`: the worker and
+candidate to it (:class:`~aitune_ray.memory_watch.MemoryWatch`: the worker and
 the helpers it started, read from ``/proc``), failing the candidate with "out of
 memory" when it goes over, and ending the worker if the candidate is stuck in native
 code ten seconds later. Without ``memory_mb`` a candidate may hold half of its node's
@@ -41,17 +41,23 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from aitune_core.executors import memory
-from aitune_core.executors.base import DEFAULT_TIMEOUT_S, ExecutorError
-from aitune_core.executors.child import EXIT_OUT_OF_MEMORY
-from aitune_core.executors.payload import CandidateRecord, GraphPayload, unpack_artifacts
-from aitune_core.executors.remote import Fetch, RemoteExecutor
-from aitune_core.log import get_logger
+from aitune_core.plugin_api import (
+    DEFAULT_TIMEOUT_S,
+    EXIT_OUT_OF_MEMORY,
+    Answer,
+    ExecutorError,
+    RemoteExecutor,
+    default_limit_mb,
+    get_logger,
+)
+from aitune_ray.artifacts import unpack_artifacts
+from aitune_ray.memory_watch import CandidateMemoryError, MemoryWatch
+from aitune_ray.worker import has_artifacts
 
 if TYPE_CHECKING:
     import torch
 
-    from aitune_core.strategies.candidates import CandidateResult, GraphSession
+    from aitune_core.plugin_api import CandidateResult, GraphPayload, GraphSession
 
 UNSTARTED = "ray (not started)"
 """The worker column of a candidate that no worker took (the cluster never had room for it)."""
@@ -188,7 +194,6 @@ class RayExecutor(RemoteExecutor):
             options["max_calls"] = 1
         return options
 
-    # ------------------------------------------------------------------ RemoteExecutor
     def ship(self, session: GraphSession, payload: GraphPayload) -> _Graph:
         return _Graph(self._ray().put(payload), self.task_options(session.device))
 
@@ -198,7 +203,7 @@ class RayExecutor(RemoteExecutor):
     def candidate_options(self) -> dict[str, Any]:
         return {"threads": max(1, int(self.num_cpus)), MEMORY_KEY: self.memory_mb}
 
-    def run(self, handle: Any, candidate: dict[str, Any]) -> tuple[CandidateRecord, Fetch]:
+    def run(self, handle: Any, candidate: dict[str, Any]) -> Answer:
         graph: _Graph = handle
         ray = self._ray()
         stream = self._remote_task().options(**graph.options).remote(graph.payload, candidate)
@@ -209,24 +214,25 @@ class RayExecutor(RemoteExecutor):
             if not ray.wait([stream], timeout=self.timeout_s)[0]:
                 ray.cancel(stream, force=True)
                 reason = f"no worker took it within {self.timeout_s:g} s (it asks for {graph.options})"
-                return CandidateRecord.failed("start", reason, worker), None
+                return Answer.failed("start", reason, worker)
             worker = ray.get(next(stream))
             if not ray.wait([stream], timeout=self.timeout_s)[0]:
                 ray.cancel(stream, force=True)
-                return CandidateRecord.failed("run", f"timed out after {self.timeout_s:g} s", worker), None
-            record = CandidateRecord.from_json(ray.get(next(stream)))
-            passed_aot = record.status == "passed" and record.backend is not None and not record.backend.get("is_jit")
-            return record, next(stream) if passed_aot else None  # the artifacts stay in the object store
+                return Answer.failed("run", f"timed out after {self.timeout_s:g} s", worker)
+            answer = Answer.from_json(ray.get(next(stream)))
+            if has_artifacts(answer.result):
+                answer.fetch = next(stream)  # the artifacts stay in the object store until the winner needs them
+            return answer
         except ray.exceptions.TaskCancelledError:
-            return CandidateRecord.failed("run", "stopped: the strategy finished without it", worker), None
+            return Answer.failed("run", "stopped: the strategy finished without it", worker)
         except (ray.exceptions.RayError, StopIteration) as error:
             what = "out of memory" if _out_of_memory(ray, error) else "worker died"
-            return CandidateRecord.failed("run", f"{what}: {_first_line(error)}", worker, str(error)), None
+            return Answer.failed("run", f"{what}: {_first_line(error)}", worker, str(error))
         finally:
             with graph.lock:
                 graph.running.discard(stream)
 
-    def fetch_artifacts(self, session: GraphSession, result: CandidateResult, fetch: Fetch) -> dict[str, str]:
+    def fetch_artifacts(self, session: GraphSession, result: CandidateResult, fetch: Any) -> dict[str, str]:
         if fetch is None:
             return {}
         packed = self._ray().get(fetch, timeout=self.timeout_s)
@@ -276,12 +282,12 @@ def run_limited_task(payload: GraphPayload, candidate: dict[str, Any]) -> Iterat
     """
     from aitune_ray.worker import run_candidate_task
 
-    limit_mb = candidate.get(MEMORY_KEY) or memory.default_limit_mb()
+    limit_mb = candidate.get(MEMORY_KEY) or default_limit_mb()
     task = run_candidate_task(payload, candidate)
     if not limit_mb:
         yield from task
         return
-    with memory.MemoryWatch(limit_mb * 2**20, EXIT_OUT_OF_MEMORY) as watch:
+    with MemoryWatch(limit_mb * 2**20, EXIT_OUT_OF_MEMORY) as watch:
         while True:
             with watch.armed():
                 try:
@@ -294,7 +300,7 @@ def run_limited_task(payload: GraphPayload, candidate: dict[str, Any]) -> Iterat
 def _out_of_memory(ray: Any, error: BaseException) -> bool:
     """A task stopped by Ray's memory monitor, or by its own limit (:func:`run_limited_task`)."""
     monitor = getattr(ray.exceptions, "OutOfMemoryError", None)
-    return (monitor is not None and isinstance(error, monitor)) or memory.CandidateMemoryError.__name__ in str(error)
+    return (monitor is not None and isinstance(error, monitor)) or CandidateMemoryError.__name__ in str(error)
 
 
 def _first_line(error: BaseException) -> str:

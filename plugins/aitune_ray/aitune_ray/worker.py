@@ -1,14 +1,13 @@
-"""The Ray task: one candidate on one Ray worker, answered as plain data and artifact bytes.
+"""The Ray task: one candidate on one Ray worker, answered as JSON and artifact bytes.
 
-It runs the same code as a subprocess child (:func:`aitune_core.executors.child.run_payload`),
+It runs the same code as a subprocess child (:func:`aitune_core.plugin_api.run_payload`),
 in a folder of its own on the worker's machine, since the driver's cache folder may not
 exist there. That includes the module guard: a candidate that changes the module it
 was shipped fails at that step, and the module is put back before the next candidate
-this worker runs on the same graph. It is a generator, which Ray streams: it first yields who it is
-(``pid@host``), so the driver knows where the candidate runs and starts its time limit
-only then; then the record, as JSON; then the artifacts of an ahead-of-time backend,
-bytes that stay in Ray's object store unless the driver fetches them for the winner, so
-losing candidates' artifacts never cross the network.
+this worker runs on the same graph. It is a generator, which Ray streams: it first
+yields who it is (``pid@host``), so the driver knows where the candidate runs and
+starts its time limit only then; then the answer, as JSON; then the artifacts of an
+ahead-of-time backend that passed (see :mod:`aitune_ray.artifacts`).
 """
 
 from __future__ import annotations
@@ -18,32 +17,35 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aitune_core.executors.child import run_payload
-from aitune_core.executors.payload import GraphPayload, pack_artifacts, worker_id
+from aitune_core.plugin_api import run_payload, worker_id
+from aitune_ray.artifacts import PackedArtifacts, pack_artifacts
 
-PackedArtifacts = dict[str, tuple[str, bytes]]
-
+if TYPE_CHECKING:
+    from aitune_core.plugin_api import CandidateResult, GraphPayload
 
 FOLDER_PREFIX = "aitune-candidate-"
 
 
 def run_candidate_task(payload: GraphPayload, candidate: dict[str, Any]) -> Iterator[str | PackedArtifacts]:
-    """Yields ``pid@host``, then the record as JSON, then ``{name: (path under the cache folder, bytes)}``."""
+    """Yields ``pid@host``, then the answer as JSON, then ``{name: (path under the cache folder, bytes)}``."""
     yield worker_id()
     _remove_folders_of_dead_workers()
     cache_dir = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
     try:
-        record = run_payload(payload, candidate, cache_dir)
-        packed: PackedArtifacts = {}
-        backend = record.backend
-        if record.status == "passed" and backend is not None and not backend.get("is_jit"):
-            packed = pack_artifacts(backend.get("artifacts", {}), cache_dir)
-        yield record.to_json()
+        answer = run_payload(payload, candidate, cache_dir)
+        data = answer.result.backend_data or {}
+        packed = pack_artifacts(data.get("artifacts", {}), cache_dir) if has_artifacts(answer.result) else {}
+        yield answer.to_json()
         yield packed
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+def has_artifacts(result: CandidateResult) -> bool:
+    """A passed ahead-of-time backend: one restored from its files, which the driver must fetch."""
+    return result.status == "passed" and result.backend_data is not None and not result.backend_data.get("is_jit")
 
 
 def _remove_folders_of_dead_workers() -> None:

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import torch
 
-from aitune_core.executors import memory
-from aitune_core.executors.payload import CandidateRecord
+from aitune_core.executors.isolated.answer import Answer
 from aitune_ray import executor as ray_executor
+from aitune_ray import memory_watch as memory
 from aitune_ray.executor import MEMORY_KEY, RayExecutor, run_limited_task
 
 
@@ -93,11 +93,11 @@ def _graph(executor: RayExecutor, device: str) -> Any:
 
 def test_tasks_book_the_memory_limit_with_ray(fake_ray: _FakeRay) -> None:
     executor = RayExecutor(memory_mb=2048, num_cpus=2)
-    failed = CandidateRecord.failed("build", "RuntimeError: no", "7@node")
+    failed = Answer.failed("build", "RuntimeError: no", "7@node")
     fake_ray.answers = ["7@node", failed.to_json()]
-    record, fetch = executor.run(_graph(executor, "cpu"), {"label": "x", **executor.candidate_options()})
+    answer = executor.run(_graph(executor, "cpu"), {"label": "x", **executor.candidate_options()})
 
-    assert record.reason == "RuntimeError: no" and fetch is None
+    assert answer.result.reason == "RuntimeError: no" and answer.fetch is None
     (remote,) = fake_ray.remotes
     assert remote.function is run_limited_task and remote.decorator_options == {"max_retries": 0}
     assert fake_ray.submitted_options == [{"num_cpus": 2, "memory": 2048 * 2**20}]
@@ -129,7 +129,7 @@ def test_a_task_out_of_memory_is_a_failed_row_saying_so(fake_ray: _FakeRay, erro
         "RayError": "ray::run_limited_task() (pid=7) CandidateMemoryError: held 900 MiB, over the limit of 512 MiB",
     }[error]
     fake_ray.answers = ["7@node", kind(text)]
-    record, _ = executor.run(_graph(executor, "cpu"), {"label": "x", **executor.candidate_options()})
+    record = executor.run(_graph(executor, "cpu"), {"label": "x", **executor.candidate_options()}).result
     assert record.status == "failed" and record.worker == "7@node"
     assert record.reason.startswith("out of memory: ")
 
@@ -157,3 +157,18 @@ def test_the_task_holds_its_candidate_to_the_limit(monkeypatch: pytest.MonkeyPat
     time.sleep(5 * memory.CHECK_INTERVAL_S)  # Ray holds the generator between answers: over, but disarmed
     assert json.loads(next(task)) == {"failed": "held 900 MiB, over the limit of 512 MiB"}
     assert list(task) == [] and steps and ended == []
+
+
+def test_memory_watch_raises_only_where_armed() -> None:
+    stuck: list[int] = []
+    over = 2048 * 2**20
+    watch = memory.MemoryWatch(1024 * 2**20, exit_code=3, grace_s=0.3, on_stuck=stuck.append, measure=lambda: over)
+    with watch:
+        time.sleep(5 * memory.CHECK_INTERVAL_S)  # over the limit, but disarmed: the caller's code
+        assert watch.tripped_at is None
+        match = "held 2048 MiB, over the limit of 1024 MiB"
+        with pytest.raises(memory.CandidateMemoryError, match=match), watch.armed():
+            for _ in range(200):
+                time.sleep(0.01)
+        time.sleep(0.6)
+    assert watch.tripped_at == over and stuck == [over]  # still over after the grace: the process would end

@@ -13,7 +13,9 @@ the CUDA kernels of the ``mslk`` package (int4 on the CPU exists only as the pro
 ``PrototypeInt4WeightOnlyConfig``, usable as an explicit config), and float8, MX and
 NVFP4 need recent GPUs.
 
-Nothing here imports torchao: the config factories import it when they are called.
+Each preset is data: the config class by name and the keyword arguments it is made
+with. Nothing here imports torchao: :meth:`Preset.make` imports the class when it is
+called.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -30,69 +32,15 @@ import torch
 from aitune_core.plugin_api import Availability
 
 
-def _int8wo() -> Any:
-    from torchao.quantization import Int8WeightOnlyConfig
-
-    return Int8WeightOnlyConfig(set_inductor_config=False)
-
-
-def _int8dq() -> Any:
-    from torchao.quantization import Int8DynamicActivationInt8WeightConfig
-
-    return Int8DynamicActivationInt8WeightConfig(set_inductor_config=False)
-
-
-def _int4wo() -> Any:
-    from torchao.quantization import Int4WeightOnlyConfig
-
-    return Int4WeightOnlyConfig(group_size=128, set_inductor_config=False)
-
-
-def _fp8wo() -> Any:
-    from torchao.quantization import Float8WeightOnlyConfig
-
-    return Float8WeightOnlyConfig(set_inductor_config=False)
-
-
-def _fp8dq() -> Any:
-    from torchao.quantization import Float8DynamicActivationFloat8WeightConfig
-
-    # torchao's default granularity (per tensor): per-row scaling needs bfloat16 weights.
-    return Float8DynamicActivationFloat8WeightConfig(set_inductor_config=False)
-
-
-def _mxfp8() -> Any:
-    from torchao.prototype.mx_formats import MXDynamicActivationMXWeightConfig
-
-    return MXDynamicActivationMXWeightConfig(activation_dtype=torch.float8_e4m3fn, weight_dtype=torch.float8_e4m3fn)
-
-
-def _mxfp4() -> Any:
-    from torchao.prototype.mx_formats import MXDynamicActivationMXWeightConfig
-
-    dtype = torch.float4_e2m1fn_x2
-    return MXDynamicActivationMXWeightConfig(activation_dtype=dtype, weight_dtype=dtype)
-
-
-def _nvfp4() -> Any:
-    from torchao.prototype.mx_formats import NVFP4DynamicActivationNVFP4WeightConfig
-
-    # The fused triton kernel needs the separate mslk package; the plain path does not.
-    return NVFP4DynamicActivationNVFP4WeightConfig(use_triton_kernel=False)
-
-
-def _nvfp4wo() -> Any:
-    from torchao.prototype.mx_formats import NVFP4WeightOnlyConfig
-
-    return NVFP4WeightOnlyConfig()
-
-
 @attrs.frozen
 class Preset:
     """One recipe.
 
     config_class: the torchao class ``make`` builds, as ``module:Name`` (shown to users,
         and checked for when ``prototype`` is set, since prototypes come and go).
+    options: the keyword arguments it is made with. Those ending in ``_dtype`` name a
+        torch dtype (``"float8_e4m3fn"``), looked up when the config is made: torch has
+        float4 only from 2.8 on, and the plugin must import on older ones.
     devices: the device types it runs on; ``min_cuda_capability`` narrows CUDA further.
     packages: importable modules it needs beyond torchao, with why.
     atol, rtol: the starting tolerances against eager; quantization changes numerics
@@ -102,13 +50,28 @@ class Preset:
     name: str
     summary: str
     config_class: str
-    make: Callable[[], Any] = attrs.field(repr=False)
+    options: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
     devices: tuple[str, ...] = ("cpu", "cuda")
     min_cuda_capability: tuple[int, int] | None = None
     packages: tuple[tuple[str, str], ...] = ()
     atol: float = 5e-2
     rtol: float = 5e-2
     prototype: bool = False
+
+    def make(self) -> Any:
+        """The torchao config object; this imports torchao."""
+        options = {
+            key: getattr(torch, value) if key.endswith("_dtype") else value for key, value in self.options.items()
+        }
+        return getattr(importlib.import_module(self.module), self.class_name)(**options)
+
+    @property
+    def module(self) -> str:
+        return self.config_class.partition(":")[0]
+
+    @property
+    def class_name(self) -> str:
+        return self.config_class.partition(":")[2]
 
     def hardware(self) -> str:
         """What it needs, in words: "CPU or CUDA", "CUDA with compute capability >= 8.9"."""
@@ -144,19 +107,49 @@ class Preset:
 
 def _class_availability(preset: Preset) -> Availability:
     """Prototype configs are checked for in the installed torchao (this imports torchao)."""
-    module, _, name = preset.config_class.partition(":")
     try:
-        found = hasattr(importlib.import_module(module), name)
+        found = hasattr(importlib.import_module(preset.module), preset.class_name)
     except ImportError as error:
-        return Availability.no(f"preset {preset.name!r}: cannot import {module} ({error})")
+        return Availability.no(f"preset {preset.name!r}: cannot import {preset.module} ({error})")
     if not found:
         version = importlib.metadata.version("torchao")
-        return Availability.no(f"preset {preset.name!r}: the installed torchao {version} has no {name}")
+        return Availability.no(f"preset {preset.name!r}: the installed torchao {version} has no {preset.class_name}")
     return Availability.yes()
 
 
+_QUANTIZATION = "torchao.quantization"
+_MX_FORMATS = "torchao.prototype.mx_formats"
+_CUDA = ("cuda",)
+_KEEP_INDUCTOR: Mapping[str, Any] = {"set_inductor_config": False}
+"""torchao's default changes Inductor's process-wide settings, and so every compiling backend tuned later."""
 _MSLK = ("mslk", "the CUDA int4 kernels torchao's Int4WeightOnlyConfig packs for")
 _NUMPY = ("numpy", "torchao's MX/NVFP4 prototype imports it")
+
+
+def _float8(name: str, summary: str, class_name: str) -> Preset:
+    """float8 e4m3, which needs CUDA compute capability 8.9 (Ada, Hopper) or newer."""
+    config_class = f"{_QUANTIZATION}:{class_name}"
+    return Preset(
+        name, summary, config_class, _KEEP_INDUCTOR, devices=_CUDA, min_cuda_capability=(8, 9), atol=1e-1, rtol=1e-1
+    )
+
+
+def _blackwell(name: str, summary: str, class_name: str, tolerance: float, **options: Any) -> Preset:
+    """A torchao MX/NVFP4 prototype: CUDA compute capability 10.0 or newer, and numpy."""
+    config_class = f"{_MX_FORMATS}:{class_name}"
+    return Preset(
+        name,
+        summary,
+        config_class,
+        options,
+        devices=_CUDA,
+        min_cuda_capability=(10, 0),
+        packages=(_NUMPY,),
+        atol=tolerance,
+        rtol=tolerance,
+        prototype=True,
+    )
+
 
 PRESETS: dict[str, Preset] = {
     preset.name: preset
@@ -164,92 +157,58 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "int8wo",
             "int8 weights (per row), activations in the model's dtype",
-            "torchao.quantization:Int8WeightOnlyConfig",
-            _int8wo,
+            f"{_QUANTIZATION}:Int8WeightOnlyConfig",
+            _KEEP_INDUCTOR,
         ),
         Preset(
             "int8dq",
             "int8 weights (per row) and int8 activations quantized per token at run time",
-            "torchao.quantization:Int8DynamicActivationInt8WeightConfig",
-            _int8dq,
+            f"{_QUANTIZATION}:Int8DynamicActivationInt8WeightConfig",
+            _KEEP_INDUCTOR,
         ),
-        Preset(
-            "fp8wo",
-            "float8 e4m3 weights (per row)",
-            "torchao.quantization:Float8WeightOnlyConfig",
-            _fp8wo,
-            devices=("cuda",),
-            min_cuda_capability=(8, 9),
-            atol=1e-1,
-            rtol=1e-1,
-        ),
-        Preset(
+        _float8("fp8wo", "float8 e4m3 weights (per row)", "Float8WeightOnlyConfig"),
+        # torchao's default granularity (per tensor): per-row scaling needs bfloat16 weights.
+        _float8(
             "fp8dq",
             "float8 e4m3 weights and activations, scaled per tensor",
-            "torchao.quantization:Float8DynamicActivationFloat8WeightConfig",
-            _fp8dq,
-            devices=("cuda",),
-            min_cuda_capability=(8, 9),
-            atol=1e-1,
-            rtol=1e-1,
+            "Float8DynamicActivationFloat8WeightConfig",
         ),
-        Preset(
+        _blackwell(
             "mxfp8",
             "MX float8 weights and activations (block size 32)",
-            "torchao.prototype.mx_formats:MXDynamicActivationMXWeightConfig",
-            _mxfp8,
-            devices=("cuda",),
-            min_cuda_capability=(10, 0),
-            atol=1e-1,
-            rtol=1e-1,
-            packages=(_NUMPY,),
-            prototype=True,
+            "MXDynamicActivationMXWeightConfig",
+            1e-1,
+            activation_dtype="float8_e4m3fn",
+            weight_dtype="float8_e4m3fn",
         ),
         Preset(
             "int4wo",
             "int4 weights in groups of 128",
-            "torchao.quantization:Int4WeightOnlyConfig",
-            _int4wo,
-            devices=("cuda",),
+            f"{_QUANTIZATION}:Int4WeightOnlyConfig",
+            {"group_size": 128, **_KEEP_INDUCTOR},
+            devices=_CUDA,
             packages=(_MSLK,),
             atol=1e-1,
             rtol=1e-1,
         ),
-        Preset(
-            "nvfp4wo",
-            "NVFP4 weights (block size 16), activations in the model's dtype",
-            "torchao.prototype.mx_formats:NVFP4WeightOnlyConfig",
-            _nvfp4wo,
-            devices=("cuda",),
-            min_cuda_capability=(10, 0),
-            atol=2e-1,
-            rtol=2e-1,
-            packages=(_NUMPY,),
-            prototype=True,
+        _blackwell(
+            "nvfp4wo", "NVFP4 weights (block size 16), activations in the model's dtype", "NVFP4WeightOnlyConfig", 2e-1
         ),
-        Preset(
+        _blackwell(
             "mxfp4",
             "MX float4 weights and activations (block size 32)",
-            "torchao.prototype.mx_formats:MXDynamicActivationMXWeightConfig",
-            _mxfp4,
-            devices=("cuda",),
-            min_cuda_capability=(10, 0),
-            atol=2.5e-1,
-            rtol=2.5e-1,
-            packages=(_NUMPY,),
-            prototype=True,
+            "MXDynamicActivationMXWeightConfig",
+            2.5e-1,
+            activation_dtype="float4_e2m1fn_x2",
+            weight_dtype="float4_e2m1fn_x2",
         ),
-        Preset(
+        # The fused triton kernel needs the separate mslk package; the plain path does not.
+        _blackwell(
             "nvfp4",
             "NVFP4 weights and activations (block size 16)",
-            "torchao.prototype.mx_formats:NVFP4DynamicActivationNVFP4WeightConfig",
-            _nvfp4,
-            devices=("cuda",),
-            min_cuda_capability=(10, 0),
-            atol=2.5e-1,
-            rtol=2.5e-1,
-            packages=(_NUMPY,),
-            prototype=True,
+            "NVFP4DynamicActivationNVFP4WeightConfig",
+            2.5e-1,
+            use_triton_kernel=False,
         ),
     )
 }

@@ -12,6 +12,7 @@ import torch
 
 import aitune_core as ait
 from aitune_core.backends.base import BuildContext
+from aitune_core.testing.models import SmallMLP
 from aitune_torchao import TorchAOBackend
 from aitune_torchao.serialization import WEIGHTS_FILE, is_quantized, load_state
 
@@ -83,7 +84,7 @@ def test_deactivate_releases_and_activate_restores_the_same_outputs(mlp_context:
 
 
 def test_loading_swaps_in_the_stored_weights_without_quantizing_again(
-    mlp_context: BuildContext, helpers: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    mlp_context: BuildContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The restored backend gets a model whose own weights differ: the outputs must not."""
     backend = TorchAOBackend(preset="int8wo").build(mlp_context)
@@ -95,7 +96,7 @@ def test_loading_swaps_in_the_stored_weights_without_quantizing_again(
     assert stored.name == WEIGHTS_FILE and stored.is_file()
 
     torch.manual_seed(1234)
-    other = helpers.SmallMLP().eval()
+    other = SmallMLP().eval()
     context = copy.copy(mlp_context)
     context.module = other
 
@@ -116,12 +117,10 @@ def test_loading_swaps_in_the_stored_weights_without_quantizing_again(
         assert not torch.allclose(other(x), expected, atol=1e-2), "the fresh model really is different"
 
 
-def test_stored_weights_fail_clearly_on_another_architecture(
-    mlp_context: BuildContext, helpers: Any, tmp_path: Path
-) -> None:
+def test_stored_weights_fail_clearly_on_another_architecture(mlp_context: BuildContext, tmp_path: Path) -> None:
     data = TorchAOBackend(preset="int8wo").build(mlp_context).to_dict()
     context = copy.copy(mlp_context)
-    context.module = helpers.SmallMLP(width=32, hidden=48)
+    context.module = SmallMLP(width=32, hidden=48)
     restored = TorchAOBackend.from_dict(data)
     with pytest.raises(ValueError, match="do not fit this SmallMLP; load into a model built the same way"):
         restored.deploy(context)
@@ -153,14 +152,14 @@ def test_compile_runs_the_quantized_module_under_torch_compile(mlp_context: Buil
         torch.testing.assert_close(backend(x), plain(x), atol=1e-5, rtol=1e-4)
 
 
-def test_rebuilding_by_quantizing_the_structure_first(mlp_context: BuildContext, helpers: Any) -> None:
+def test_rebuilding_by_quantizing_the_structure_first(mlp_context: BuildContext) -> None:
     """The path for torchao configs that replace modules: quantize a copy, then swap the stored tensors in."""
     from aitune_torchao.quantize import quantized_copy, rebuild
 
     config = TorchAOBackend(preset="int8dq").config
     built = quantized_copy(mlp_context.module, config)
     assert built.restore == "swap", "int8 presets only replace weights"
-    other = helpers.SmallMLP().eval()
+    other = SmallMLP().eval()
     for mode in ("swap", "quantize"):
         restored = rebuild(other, config, built.module.state_dict(), mode, built.quantized)
         assert_same_quantized(quantized_weights(restored), quantized_weights(built.module))

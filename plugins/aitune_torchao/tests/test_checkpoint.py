@@ -18,6 +18,8 @@ from typing import Any
 import torch
 
 import aitune_core as ait
+from aitune_core.testing.child_process import env_with_sources
+from aitune_core.testing.models import SmallMLP
 from aitune_torchao import TorchAOBackend
 from aitune_torchao.serialization import is_quantized
 
@@ -77,12 +79,12 @@ LOADER = textwrap.dedent(
 
 
 def test_a_fresh_process_loads_the_quantized_weights_not_the_original_ones(
-    helpers: Any, tmp_path: Path, aitune_fake_dist: Any, aitune_isolated_plugins: Any
+    tmp_path: Path, aitune_fake_dist: Any, aitune_isolated_plugins: Any
 ) -> None:
     dist = aitune_fake_dist("aitune-torchao", entry_points={"torchao": "aitune_torchao.plugin"})
     aitune_isolated_plugins.load(dist)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(helpers.SmallMLP(), torch.nn.ReLU()).eval()
+    model = torch.nn.Sequential(SmallMLP(), torch.nn.ReLU()).eval()
     model[0] = ait.Module(model[0], "mlp")
     strategy = ait.OneBackendStrategy(TorchAOBackend(preset="int8wo"))
     strategy.enable_performance_validation(False)
@@ -105,7 +107,7 @@ def test_a_fresh_process_loads_the_quantized_weights_not_the_original_ones(
     assert graph["backend"]["config"]["preset"] == "int8wo"
     assert list(graph["backend"]["artifacts"]) == ["weights"]
 
-    environ = helpers.env_with_sources()
+    environ = env_with_sources("aitune_torchao")
     environ["PYTHONPATH"] = os.pathsep.join([str(dist.path), environ["PYTHONPATH"]])
     environ["AITUNE_CACHE_DIR"] = str(tmp_path / "loader-cache")
     result = subprocess.run(

@@ -15,6 +15,7 @@ import torch
 
 import aitune_core as ait
 from aitune_core.strategies.defaults import LOSSY_REASON
+from aitune_core.testing.models import SmallMLP
 from aitune_torchao import PRESETS, TorchAOBackend
 from aitune_torchao.backend import torchao_availability
 
@@ -34,8 +35,8 @@ def torchao_only(aitune_fake_dist: Any, aitune_isolated_plugins: Any) -> None:
     aitune_isolated_plugins.load(aitune_fake_dist("aitune-torchao", entry_points={"torchao": "aitune_torchao.plugin"}))
 
 
-def tune(helpers: Any, strategy: ait.TuneStrategy | None, **options: Any) -> Any:
-    model = helpers.SmallMLP(width=64, hidden=128).eval()
+def tune(strategy: ait.TuneStrategy | None, **options: Any) -> Any:
+    model = SmallMLP(width=64, hidden=128).eval()
     wrapped = ait.Module(model, f"torchao-lossy-{next(_names)}")
     dataset = [torch.randn(64) for _ in range(4)]
     return ait.tune(wrapped, dataset, batch_sizes=[2, 4], strategy=strategy, **options)
@@ -68,8 +69,8 @@ def test_the_plan_of_the_default_strategy_skips_every_preset() -> None:
 
 
 @needs_torchao
-def test_the_default_strategy_never_tries_a_preset(helpers: Any, torchao_only: None) -> None:
-    report = tune(helpers, ait.MaxThroughputStrategy(profile=FAST_PROFILE))
+def test_the_default_strategy_never_tries_a_preset(torchao_only: None) -> None:
+    report = tune(ait.MaxThroughputStrategy(profile=FAST_PROFILE))
     by_name = rows(report)
     presets = {name: row for name, row in by_name.items() if name.startswith("TorchAOBackend(")}
     assert len(presets) == len(PRESETS)
@@ -80,9 +81,9 @@ def test_the_default_strategy_never_tries_a_preset(helpers: Any, torchao_only: N
 
 
 @needs_torchao
-def test_allow_lossy_tries_the_presets_and_the_summary_shows_the_error(helpers: Any, torchao_only: None) -> None:
+def test_allow_lossy_tries_the_presets_and_the_summary_shows_the_error(torchao_only: None) -> None:
     ait.config.allow_lossy = True
-    report = tune(helpers, first_wins())
+    report = tune(first_wins())
     by_name = rows(report)
     int8wo = by_name["TorchAOBackend(preset='int8wo')"]
     assert int8wo.status == "selected", int8wo.reason
@@ -91,16 +92,16 @@ def test_allow_lossy_tries_the_presets_and_the_summary_shows_the_error(helpers: 
 
 
 @needs_torchao
-def test_allow_lossy_lets_max_throughput_try_them(helpers: Any, torchao_only: None) -> None:
+def test_allow_lossy_lets_max_throughput_try_them(torchao_only: None) -> None:
     ait.config.allow_lossy = True
-    report = tune(helpers, ait.MaxThroughputStrategy(profile=FAST_PROFILE).enable_performance_validation(False))
+    report = tune(ait.MaxThroughputStrategy(profile=FAST_PROFILE).enable_performance_validation(False))
     for name in ("TorchAOBackend(preset='int8wo')", "TorchAOBackend(preset='int8dq')"):
         assert rows(report)[name].status in ("selected", "passed"), rows(report)[name].reason
 
 
 @needs_torchao
-def test_a_named_preset_is_tried_without_allow_lossy(helpers: Any) -> None:
-    report = tune(helpers, first_wins(TorchAOBackend(preset="int8dq"), ait.TorchEagerBackend()))
+def test_a_named_preset_is_tried_without_allow_lossy() -> None:
+    report = tune(first_wins(TorchAOBackend(preset="int8dq"), ait.TorchEagerBackend()))
     int8dq = rows(report)["TorchAOBackend(preset='int8dq')"]
     assert int8dq.status == "selected", int8dq.reason
     assert f"lossy: max abs error {int8dq.max_abs_error:.3g}" in report.summary()

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import subprocess
 import sys
-import tomllib
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from aitune_core.plugins import PluginStatus, default_candidates, get_backend_class
+from aitune_core.testing.child_process import env_with_sources, run_python
+from aitune_core.testing.packaging import installed_entry_points, pyproject
 from aitune_torchao import PRESETS, TorchAOBackend
 
 ENTRY_POINT = "aitune_torchao.plugin"
@@ -46,8 +45,8 @@ def test_one_default_candidate_per_preset_with_its_availability(dist: Any, aitun
     assert [c.name for c in default_candidates("mps")] == ["eager"]
 
 
-def run_cli(helpers: Any, dist: Any, *args: str) -> subprocess.CompletedProcess[str]:
-    environ = helpers.env_with_sources()
+def run_cli(dist: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    environ = env_with_sources("aitune_torchao")
     environ["PYTHONPATH"] = os.pathsep.join([str(dist.path), environ["PYTHONPATH"]])
     return subprocess.run(
         [sys.executable, "-m", "aitune_core.cli", "plugins", *args],
@@ -58,8 +57,8 @@ def run_cli(helpers: Any, dist: Any, *args: str) -> subprocess.CompletedProcess[
     )
 
 
-def test_aitune_plugins_lists_the_presets_and_why_some_cannot_run(helpers: Any, dist: Any) -> None:
-    result = run_cli(helpers, dist, "--json", "--candidates", "--device", "cpu")
+def test_aitune_plugins_lists_the_presets_and_why_some_cannot_run(dist: Any) -> None:
+    result = run_cli(dist, "--json", "--candidates", "--device", "cpu")
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
     (record,) = [p for p in payload["plugins"] if p["distribution"] == "aitune-torchao"]
@@ -76,37 +75,30 @@ def test_aitune_plugins_lists_the_presets_and_why_some_cannot_run(helpers: Any, 
         "available": False,
         "reason": "preset 'int4wo' needs CUDA, not cpu",
     }
-    table = run_cli(helpers, dist, "--candidates", "--device", "cpu")
+    table = run_cli(dist, "--candidates", "--device", "cpu")
     assert table.returncode == 0, table.stderr
     text = " ".join(table.stdout.split())
     assert "Default candidates for cpu" in text
     assert "TorchAOBackend(preset='mxfp8') aitune-torchao 86 no preset 'mxfp8' needs CUDA with compute" in text
 
 
-def test_importing_the_plugin_does_not_import_torchao(helpers: Any) -> None:
+def test_importing_the_plugin_does_not_import_torchao() -> None:
     code = (
         "import sys, aitune_torchao, aitune_torchao.plugin; "
         "from aitune_torchao import TorchAOBackend; "
         "b = TorchAOBackend(preset='int8dq'); b.key(); b.describe(); b.availability('cpu'); "
         "print('torchao' in sys.modules)"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=helpers.env_with_sources(), timeout=120
-    )
+    result = run_python(code, "aitune_torchao")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
 
 
 def test_pyproject_declares_the_entry_point_and_no_torch_pin() -> None:
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
-    project = pyproject["project"]
+    declared = pyproject(__file__)
+    project = declared["project"]
     assert project["name"] == "aitune-torchao"
     assert project["entry-points"]["aitune.plugins"] == {"torchao": ENTRY_POINT}
     assert not [d for d in project["dependencies"] if d.split("[")[0].split(">")[0].split("=")[0] == "torch"]
     assert any(d.startswith("torchao") for d in project["dependencies"])
-    try:
-        installed = importlib.metadata.distribution("aitune-torchao")
-    except importlib.metadata.PackageNotFoundError:
-        return
-    (entry_point,) = installed.entry_points.select(group="aitune.plugins")
-    assert (entry_point.name, entry_point.value) == ("torchao", ENTRY_POINT)
+    assert installed_entry_points("aitune-torchao") in (None, [("torchao", ENTRY_POINT)])

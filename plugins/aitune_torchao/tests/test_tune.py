@@ -15,6 +15,7 @@ import torch
 
 import aitune_core as ait
 from aitune_core.profiling.measurement import ProfileConfig
+from aitune_core.testing.models import SmallMLP
 from aitune_torchao import TorchAOBackend
 
 FAST_PROFILE = ProfileConfig(warmup_iterations=2, window=6, min_time_s=0.02, max_time_s=0.08, max_batch_search=False)
@@ -30,8 +31,8 @@ def _one_thread() -> Any:
     torch.set_num_threads(threads)
 
 
-def tuned(helpers: Any, strategy: ait.TuneStrategy) -> tuple[torch.nn.Module, ait.Module, Any]:
-    model = helpers.SmallMLP(width=128, hidden=512).eval()
+def tuned(strategy: ait.TuneStrategy) -> tuple[torch.nn.Module, ait.Module, Any]:
+    model = SmallMLP(width=128, hidden=512).eval()
     wrapped = ait.Module(model, f"torchao-tune-{next(_names)}")
     dataset = [torch.randn(128) for _ in range(16)]
     report = ait.tune(wrapped, dataset, batch_sizes=[4, 16], strategy=strategy)
@@ -45,12 +46,12 @@ def at_batch(candidate: Any, batch_size: int) -> float:
     return float(candidate.measurement.throughput)
 
 
-def test_max_throughput_picks_the_fastest_correct_candidate(helpers: Any) -> None:
+def test_max_throughput_picks_the_fastest_correct_candidate() -> None:
     strategy = ait.MaxThroughputStrategy(
         backends=[TorchAOBackend(preset="int8wo"), TorchAOBackend(preset="int8dq"), ait.TorchEagerBackend()],
         profile=FAST_PROFILE,
     )
-    model, wrapped, report = tuned(helpers, strategy)
+    model, wrapped, report = tuned(strategy)
     (graph,) = report.graphs
     by_name = {c.backend: c for c in graph.candidates if c.status != "fallback"}
     assert list(by_name) == [
@@ -79,13 +80,13 @@ def test_max_throughput_picks_the_fastest_correct_candidate(helpers: Any) -> Non
         torch.testing.assert_close(wrapped(x), model(x), atol=5e-2, rtol=5e-2)
 
 
-def test_a_too_tight_tolerance_rejects_with_the_measured_error(helpers: Any) -> None:
+def test_a_too_tight_tolerance_rejects_with_the_measured_error() -> None:
     strategy = ait.MaxThroughputStrategy(
         backends=[TorchAOBackend(preset="int8wo"), ait.TorchEagerBackend()],
         tolerances=ait.Tolerances.uniform(atol=1e-6, rtol=1e-6),
         profile=FAST_PROFILE,
     )
-    _, _, report = tuned(helpers, strategy)
+    _, _, report = tuned(strategy)
     (graph,) = report.graphs
     quantized = graph.candidates[0]
     assert (quantized.backend, quantized.status, quantized.stage) == (
@@ -100,24 +101,24 @@ def test_a_too_tight_tolerance_rejects_with_the_measured_error(helpers: Any) -> 
     assert "max abs error" in report.summary(), "the summary table shows the reason"
 
 
-def test_the_configs_own_tolerance_rejects_too(helpers: Any) -> None:
+def test_the_configs_own_tolerance_rejects_too() -> None:
     strategy = ait.FirstWinsStrategy(
         backends=[TorchAOBackend(preset="int8dq", atol=1e-6, rtol=0.0), ait.TorchEagerBackend()],
         profile=FAST_PROFILE,
     )
-    _, _, report = tuned(helpers, strategy)
+    _, _, report = tuned(strategy)
     quantized = report.graphs[0].candidates[0]
     assert (quantized.status, quantized.stage) == ("rejected", "validation")
     assert "max abs error" in quantized.reason and "allowed atol=1e-06, rtol=0" in quantized.reason
 
 
 def test_default_candidates_skip_the_presets_this_machine_lacks(
-    helpers: Any, aitune_fake_dist: Any, aitune_isolated_plugins: Any
+    aitune_fake_dist: Any, aitune_isolated_plugins: Any
 ) -> None:
     """No backends named, lossy allowed: the int8 presets are tried, the rest are listed as skipped, with why."""
     aitune_isolated_plugins.load(aitune_fake_dist("aitune-torchao", entry_points={"torchao": "aitune_torchao.plugin"}))
     ait.config.allow_lossy = True
-    _, _, report = tuned(helpers, ait.MaxThroughputStrategy(profile=FAST_PROFILE))
+    _, _, report = tuned(ait.MaxThroughputStrategy(profile=FAST_PROFILE))
     (graph,) = report.graphs
     skipped = {c.backend: c.reason for c in graph.candidates if c.status == "skipped"}
     assert skipped["TorchAOBackend(preset='fp8dq')"] == (
@@ -130,13 +131,13 @@ def test_default_candidates_skip_the_presets_this_machine_lacks(
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_on_a_gpu_every_preset_it_can_run_is_tried(helpers: Any) -> None:
+def test_on_a_gpu_every_preset_it_can_run_is_tried() -> None:
     """Presets the GPU lacks are skipped with the reason; the others build, validate or say why not."""
     from aitune_torchao import PRESETS
 
     backends = [TorchAOBackend(preset=name) for name in PRESETS]
     strategy = ait.MaxThroughputStrategy(backends=[*backends, ait.TorchEagerBackend()], profile=FAST_PROFILE)
-    model = helpers.SmallMLP(width=128, hidden=512).eval().cuda()
+    model = SmallMLP(width=128, hidden=512).eval().cuda()
     wrapped = ait.Module(model, f"torchao-tune-{next(_names)}")
     dataset = [torch.randn(128) for _ in range(16)]
     report = ait.tune(wrapped, dataset, batch_sizes=[4, 16], device="cuda", strategy=strategy)

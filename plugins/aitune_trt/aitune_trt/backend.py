@@ -24,19 +24,10 @@ from typing import Any
 
 import torch
 
-from aitune_core.plugin_api import (
-    Availability,
-    Backend,
-    BuildContext,
-    ForwardSignature,
-    GraphSpec,
-    Locator,
-    Tolerances,
-    dtype_from_str,
-)
+from aitune_core.plugin_api import Availability, BuildContext, GraphSpec, Locator, Tolerances, dtype_from_str
 from aitune_onnx.export import ExportedModel
-from aitune_onnx.export_cache import export_into
-from aitune_onnx.layout import IOLayout, LayoutNotSerializable, layout_from_context
+from aitune_onnx.exported_graph import ExportedGraphBackend
+from aitune_onnx.layout import IOLayout
 from aitune_trt.availability import tensorrt_availability
 from aitune_trt.config import TensorRTBackendConfig
 from aitune_trt.options import BuildOptions, BuildResult
@@ -52,33 +43,27 @@ PROFILES_FILE = "profiles.json"
 TIMING_CACHE_FILE = "timing.cache"
 
 
-class TensorRTBackend(Backend):
+class TensorRTBackend(ExportedGraphBackend):
     """One graph as a TensorRT engine with an optimization profile per shape range it serves."""
 
     name = "tensorrt"
     config_class = TensorRTBackendConfig
     supported_devices = ("cuda",)
     config: TensorRTBackendConfig
+    required_artifacts = (ENGINE_ARTIFACT, PROFILES_ARTIFACT)
+    kept_extra = ("precision", "tensorrt")
 
     def __init__(self, config: TensorRTBackendConfig | None = None, **overrides: Any) -> None:
         super().__init__(config, **overrides)
         self._plan_path: Path | None = None
         self._profiles_path: Path | None = None
         self._profiles: list[TensorRTProfile] = []
-        self._layout: IOLayout | None = None
         self._output_dtypes: list[torch.dtype | None] | None = None
-        self._signature: ForwardSignature | None = None
-        self._exported: ExportedModel | None = None
         self._precision: PrecisionPlan | None = None
         self._session: EngineSession | None = None
         self._runner: TensorRTRunner | None = None
-        self._restored_extra: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ identity
-    @property
-    def is_jit(self) -> bool:
-        return False
-
     @classmethod
     def availability(cls, device: torch.device | str) -> Availability:
         return tensorrt_availability(device)
@@ -99,11 +84,6 @@ class TensorRTBackend(Backend):
     @property
     def plan_path(self) -> Path | None:
         return self._plan_path
-
-    @property
-    def exported(self) -> ExportedModel | None:
-        """What the build exported (None for a backend restored from a checkpoint)."""
-        return self._exported
 
     @property
     def runner(self) -> TensorRTRunner | None:
@@ -134,9 +114,7 @@ class TensorRTBackend(Backend):
 
     # ------------------------------------------------------------------ building
     def _build(self, context: BuildContext) -> None:
-        availability = self.availability(context.device)
-        if not availability.available:
-            raise RuntimeError(f"{self.describe()} cannot run on {context.device}: {availability.reason}")
+        self._check_available(context.device)
         config = self.config
         graph = context.graph_spec
         profiles = resolve_profiles(
@@ -149,7 +127,7 @@ class TensorRTBackend(Backend):
         )
         precision = plan_precision(config.precision, config.strongly_typed, config.tf32, self._capabilities())
         started = time.perf_counter()
-        exported = self._export(context, precision)
+        exported = self._export_cast(context, precision)
         exported_at = time.perf_counter()
         profiles = [profile.renamed(exported.input_names) for profile in profiles]
         result = self._build_plan(
@@ -159,10 +137,8 @@ class TensorRTBackend(Backend):
         self._plan_path = _write_atomically(context.cache_dir / PLAN_FILE, result.plan)
         self._profiles_path = _write_atomically(context.cache_dir / PROFILES_FILE, profiles_to_json(profiles).encode())
         self._profiles = profiles
-        self._exported = exported
-        self._layout = exported.layout
+        self._adopt(exported, context)
         self._output_dtypes = _output_dtypes(graph, exported.layout)
-        self._signature = context.signature
         self._precision = precision
         self._load()
         warnings = [text for severity, text in result.messages if severity == "WARNING"]
@@ -177,58 +153,28 @@ class TensorRTBackend(Backend):
             "builder_warnings": len(warnings),
         }
 
-    def _export(self, context: BuildContext, precision: PrecisionPlan) -> ExportedModel:
-        """``model.onnx`` in the build's folder: exported, or shared with candidates that export the same
-        (ONNX Runtime ones, other TensorRT configs without a cast; see :mod:`aitune_onnx.export_cache`)."""
-        module = context.module
-        variant = ""
-        if precision.export_dtype is not None:
-            dtypes = {locator: spec.dtype for locator, spec in context.graph_spec.output_spec.tensor_data}
-            module = CastModule(module, precision.export_dtype, dtypes)
-            variant = f"cast to {precision.export_dtype}"
-        return export_into(
-            context.cache_dir,
-            module,
-            context.graph_spec,
-            context.samples,
-            context.signature,
-            self.config.export_config(),
-            context.device,
-            MODEL_FILE,
-            variant=variant,
-        )
+    def _export_cast(self, context: BuildContext, precision: PrecisionPlan) -> ExportedModel:
+        """``model.onnx``, in the precision a strongly typed engine is built in: the module as it is
+        when there is no cast, so shared with ONNX Runtime candidates and other TensorRT configs."""
+        if precision.export_dtype is None:
+            return self._export(context, MODEL_FILE)
+        dtypes = {locator: spec.dtype for locator, spec in context.graph_spec.output_spec.tensor_data}
+        module = CastModule(context.module, precision.export_dtype, dtypes)
+        return self._export(context, MODEL_FILE, module, f"cast to {precision.export_dtype}")
 
     # ------------------------------------------------------------------ loading
     def _load(self) -> None:
         """Open the engine from the plan file; this never exports or builds."""
-        if self._plan_path is None:
-            raise RuntimeError(f"{self.describe()} has no engine plan; build it or restore it from a checkpoint")
-        if not self._plan_path.is_file():
-            raise FileNotFoundError(f"{self.describe()}: engine plan {self._plan_path} does not exist")
-        if self._layout is None:
-            self._layout = self._layout_from_context()
-        if self.context is not None:
-            self._signature = self.context.signature
-        elif self._signature is None:
-            self._signature = self._layout.signature()
-        if self._signature is None:
-            raise RuntimeError(f"{self.describe()} needs a BuildContext to learn the module's forward signature")
+        plan = self._file_to_load(self._plan_path, "engine plan")
+        layout, signature = self._call_layout()
         device = self.context.device if self.context is not None else torch.device("cuda")
-        session = self._open_engine(self._plan_path, device)
-        self._runner = TensorRTRunner(self._layout, self._signature, self._profiles, session, self._output_dtypes)
+        session = self._open_engine(plan, device)
+        self._runner = TensorRTRunner(layout, signature, self._profiles, session, self._output_dtypes)
         self._session = session
 
-    def _layout_from_context(self) -> IOLayout:
-        return layout_from_context(self.describe(), self.context)
-
     # ------------------------------------------------------------------ persistence
-    def _artifacts(self) -> dict[str, Path]:
-        artifacts = {}
-        if self._plan_path is not None:
-            artifacts[ENGINE_ARTIFACT] = self._plan_path
-        if self._profiles_path is not None:
-            artifacts[PROFILES_ARTIFACT] = self._profiles_path
-        return artifacts
+    def _artifact_paths(self) -> dict[str, Path | None]:
+        return {ENGINE_ARTIFACT: self._plan_path, PROFILES_ARTIFACT: self._profiles_path}
 
     def native_artifacts(self) -> frozenset[str]:
         """None today: the engine plan is deserialized by TensorRT, and no plugin library is loaded.
@@ -242,42 +188,24 @@ class TensorRTBackend(Backend):
         return frozenset()
 
     def _extra_state(self) -> dict[str, Any]:
-        layout = None
-        if self._layout is not None:
-            try:
-                layout = self._layout.to_dict()
-            except LayoutNotSerializable:
-                layout = None  # rebuilt from the module on restore, see _layout_from_context
-        extra: dict[str, Any] = {
-            "layout": layout,
-            "output_dtypes": None
-            if self._output_dtypes is None
-            else [None if dtype is None else str(dtype) for dtype in self._output_dtypes],
-        }
+        extra = super()._extra_state()
+        extra["output_dtypes"] = (
+            None if self._output_dtypes is None else [None if d is None else str(d) for d in self._output_dtypes]
+        )
         if self._precision is not None:
             extra["precision"] = self._precision.describe()
             extra["tensorrt"] = self.build_info.get("tensorrt")
-        else:
-            extra.update({k: v for k, v in self._restored_extra.items() if k in ("precision", "tensorrt")})
         return extra
 
     def _restore(self, artifacts: dict[str, Path], extra: dict[str, Any]) -> None:
-        for name in (ENGINE_ARTIFACT, PROFILES_ARTIFACT):
-            if name not in artifacts:
-                raise ValueError(f"{type(self).__name__} checkpoint data has no {name!r} artifact")
+        super()._restore(artifacts, extra)
         self._plan_path = Path(artifacts[ENGINE_ARTIFACT])
         self._profiles_path = Path(artifacts[PROFILES_ARTIFACT])
         self._profiles = profiles_from_json(self._profiles_path.read_text())
-        layout = extra.get("layout")
-        self._layout = IOLayout.from_dict(layout) if layout else None
         dtypes = extra.get("output_dtypes")
         self._output_dtypes = None if dtypes is None else [None if d is None else dtype_from_str(d) for d in dtypes]
-        self._restored_extra = dict(extra)
 
     # ------------------------------------------------------------------ lifecycle
-    def _activate(self) -> None:
-        self._load()
-
     def _deactivate(self) -> None:
         self._runner = None
         self._session = None

@@ -14,8 +14,7 @@ from typing import Any
 
 import attrs
 
-from aitune_core.plugin_api import BackendConfig
-from aitune_onnx.export import EXPORTERS, EXTERNAL_DATA, ExportConfig
+from aitune_onnx.exported_graph import ExportedGraphConfig
 from aitune_trt.precision import PRECISIONS
 from aitune_trt.profiles import PROFILE_SOURCES, ShapeRange
 
@@ -54,7 +53,7 @@ def _positive(_instance: Any, attribute: attrs.Attribute[Any], value: int) -> No
 
 
 @attrs.frozen
-class TensorRTBackendConfig(BackendConfig):
+class TensorRTBackendConfig(ExportedGraphConfig):
     """Settings of :class:`~aitune_trt.TensorRTBackend`.
 
     precision: ``"fp32"``, ``"fp16"`` or ``"bf16"``; see :mod:`aitune_trt.precision`.
@@ -76,7 +75,7 @@ class TensorRTBackendConfig(BackendConfig):
     max_sample_profiles: the most profiles ``"samples"`` may make.
     cuda_graphs: replay each (profile, input shapes) as a captured CUDA graph.
     exporter, torchscript_fallback, opset_version, optimize, external_data: how the
-        graph is exported to ONNX; see :class:`aitune_onnx.ExportConfig`.
+        graph is exported to ONNX; see :class:`aitune_onnx.exported_graph.ExportedGraphConfig`.
     """
 
     precision: str = attrs.field(default="fp32", validator=attrs.validators.in_(PRECISIONS))
@@ -93,11 +92,6 @@ class TensorRTBackendConfig(BackendConfig):
     cover_tuned_range: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     max_sample_profiles: int = attrs.field(default=8, validator=_positive)
     cuda_graphs: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
-    exporter: str = attrs.field(default="dynamo", validator=attrs.validators.in_(EXPORTERS))
-    torchscript_fallback: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
-    opset_version: int | None = attrs.field(default=None, validator=_optional_int(1))
-    optimize: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
-    external_data: str = attrs.field(default="auto", validator=attrs.validators.in_(EXTERNAL_DATA))
 
     def __attrs_post_init__(self) -> None:
         if self.profile_source == "config" and not self.profiles:
@@ -110,12 +104,3 @@ class TensorRTBackendConfig(BackendConfig):
         if self.profile_source is not None:
             return self.profile_source
         return "config" if self.profiles else "graph"
-
-    def export_config(self) -> ExportConfig:
-        return ExportConfig(
-            exporter=self.exporter,
-            torchscript_fallback=self.torchscript_fallback,
-            opset_version=self.opset_version,
-            optimize=self.optimize,
-            external_data=self.external_data,
-        )

@@ -63,7 +63,26 @@ def read_plan(plan: bytes) -> tuple[list[TensorRTProfile], bytes]:
     return profiles_from_json(plan[start : start + size].decode()), plan[start + size :]
 
 
-class OrtEngine:
+class ProfiledStandIn:
+    """The profile half of an :class:`~aitune_trt.runner.EngineSession`, for engine stand-ins.
+
+    A TensorRT engine reports each profile's shapes as it holds them; a stand-in holds
+    the profiles aitune wrote, and reports those.
+    """
+
+    def __init__(self, profiles: list[TensorRTProfile]) -> None:
+        self.profiles = profiles
+
+    @property
+    def num_profiles(self) -> int:
+        return len(self.profiles)
+
+    def profile_shapes(self, name: str, index: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        entry = self.profiles[index].entry(name)
+        return entry.min, entry.opt, entry.max
+
+
+class OrtEngine(ProfiledStandIn):
     """An :class:`~aitune_trt.runner.EngineSession` that runs the plan's ONNX model with ONNX Runtime.
 
     Like a TensorRT engine it refuses shapes outside the profile a call runs with.
@@ -73,7 +92,8 @@ class OrtEngine:
     def __init__(self, plan: bytes, device: torch.device) -> None:
         import onnxruntime
 
-        self._profiles, model = read_plan(plan)
+        profiles, model = read_plan(plan)
+        super().__init__(profiles)
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3
         options.intra_op_num_threads = 1
@@ -86,17 +106,9 @@ class OrtEngine:
         self.output_dtypes = {v.name: _ORT_TYPES[v.type] for v in self.session.get_outputs()}
         self.profiles_used: list[int] = []
 
-    @property
-    def num_profiles(self) -> int:
-        return len(self._profiles)
-
-    def profile_shapes(self, name: str, index: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-        entry = self._profiles[index].entry(name)
-        return entry.min, entry.opt, entry.max
-
     def run(self, profile: int, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         for name, tensor in inputs.items():
-            entry = self._profiles[profile].entry(name)
+            entry = self.profiles[profile].entry(name)
             if not entry.contains(tuple(tensor.shape)):
                 raise RuntimeError(f"input {name} shape {list(tensor.shape)} is outside profile {profile}")
             if tensor.dtype != self.input_dtypes[name] or not tensor.is_contiguous() or tensor.device != self.device:

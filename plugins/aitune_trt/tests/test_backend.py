@@ -20,6 +20,8 @@ import torch
 from aitune_core.backends.base import BuildContext
 from aitune_core.backends.state import BackendState
 from aitune_core.metadata.locator import walk_outputs
+from aitune_core.testing.models import nested_call, tagger_call
+from aitune_core.testing.recording import at_shape
 from aitune_onnx.dims import read_dims
 from aitune_trt import OutOfProfileError, ProfileError, TensorRTBackend, TensorRTBuildError
 from aitune_trt.backend import ENGINE_ARTIFACT, MODEL_FILE, PLAN_FILE, PROFILES_ARTIFACT, PROFILES_FILE
@@ -54,9 +56,9 @@ def _leaves(value: Any) -> list[Any]:
     return [leaf for _, leaf in walk_outputs(value)]
 
 
-def _assert_matches_eager(context: BuildContext, backend: TensorRTBackend, helpers: Any) -> None:
+def _assert_matches_eager(context: BuildContext, backend: TensorRTBackend) -> None:
     for which in ("min", "opt", "max"):
-        args, kwargs = helpers.at_shape(context, which)
+        args, kwargs = at_shape(context, which)
         with torch.no_grad():
             actual, expected = _leaves(backend(*args, **kwargs)), _leaves(context.module(*args, **kwargs))
         assert [type(leaf) for leaf in actual] == [type(leaf) for leaf in expected]
@@ -105,12 +107,12 @@ def test_the_build_writes_plan_profiles_and_onnx_into_the_cache_folder(tagger_ba
 
 
 def test_recorded_shapes_take_their_own_profile_and_others_the_graphs(
-    tagger_backend: OrtTensorRTBackend, tagger_context: BuildContext, helpers: Any
+    tagger_backend: OrtTensorRTBackend, tagger_context: BuildContext
 ) -> None:
     engine = _engine(tagger_backend)
     engine.profiles_used.clear()
     for batch in (2, 4, 8):
-        args, _ = helpers.tagger_inputs(batch)
+        args, _ = tagger_call(batch)
         with torch.no_grad():
             torch.testing.assert_close(tagger_backend(*args), tagger_context.module(*args), rtol=1e-4, atol=1e-5)
     tokens = torch.randn(3, 7, 8)
@@ -119,18 +121,16 @@ def test_recorded_shapes_take_their_own_profile_and_others_the_graphs(
     assert engine.profiles_used == [0, 1, 2, 3]
 
 
-def test_matches_eager_at_min_opt_max(
-    tagger_backend: OrtTensorRTBackend, tagger_context: BuildContext, helpers: Any
-) -> None:
-    _assert_matches_eager(tagger_context, tagger_backend, helpers)
+def test_matches_eager_at_min_opt_max(tagger_backend: OrtTensorRTBackend, tagger_context: BuildContext) -> None:
+    _assert_matches_eager(tagger_context, tagger_backend)
 
 
-def test_nested_outputs_are_rebuilt(nested_context: BuildContext, tmp_path: Path, helpers: Any) -> None:
+def test_nested_outputs_are_rebuilt(nested_context: BuildContext, tmp_path: Path) -> None:
     backend = OrtTensorRTBackend().build(_context(nested_context, tmp_path))
-    args, kwargs = helpers.nested_inputs(4)
+    args, kwargs = nested_call(4)
     result = backend(*args, **kwargs)
     assert result["tag"] == "nested" and isinstance(result["extra"], tuple)
-    _assert_matches_eager(nested_context, backend, helpers)
+    _assert_matches_eager(nested_context, backend)
     assert backend.profiles[0].names == {"values[0]": "values_0", 'values[1]["pairs"]': "values_1_pairs"}
 
 
@@ -204,7 +204,7 @@ def _round_trip(backend: TensorRTBackend, folder: Path) -> TensorRTBackend:
 
 
 def test_checkpoint_round_trip_deploys_without_building(
-    tagger_backend: OrtTensorRTBackend, tagger_context: BuildContext, tmp_path: Path, helpers: Any
+    tagger_backend: OrtTensorRTBackend, tagger_context: BuildContext, tmp_path: Path
 ) -> None:
     built = OrtTensorRTBackend.plans_built
     opened = OrtTensorRTBackend.engines_opened
@@ -215,7 +215,7 @@ def test_checkpoint_round_trip_deploys_without_building(
     restored.deploy()  # no BuildContext: the signature comes from the stored layout
     assert restored.state is BackendState.DEPLOYED
     assert OrtTensorRTBackend.plans_built == built and OrtTensorRTBackend.engines_opened == opened + 1
-    args, _ = helpers.tagger_inputs(4)
+    args, _ = tagger_call(4)
     with torch.no_grad():
         torch.testing.assert_close(restored(*args), tagger_context.module(*args), rtol=1e-4, atol=1e-5)
     extra = restored.to_dict()["extra"]

@@ -13,9 +13,8 @@ uses it; the dynamo export, the default, is covered in ``test_backend.py``.
 
 from __future__ import annotations
 
-import torch
-
 from aitune_core.testing import BackendConformance
+from aitune_core.testing.models import KeywordsAndDynamicAxisCalls
 from aitune_trt.testing import OrtTensorRTBackend
 
 
@@ -30,29 +29,10 @@ class TestOrtStandInConformance(BackendConformance):
         return OrtTensorRTBackend(exporter="torchscript", optimization_level=5, workspace_bytes=1 << 30)
 
 
-class KeywordsAndDynamicAxis(torch.nn.Module):
-    """Called with keywords; ``tokens`` also has a dynamic (non-batch) axis."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.proj = torch.nn.Linear(6, 6)
-
-    def forward(self, tokens: torch.Tensor, scale: torch.Tensor) -> dict[str, torch.Tensor]:
-        hidden = self.proj(tokens) * scale
-        return {"hidden": hidden, "pooled": hidden.mean(dim=1)}
-
-
-class TestOrtStandInSampleProfilesConformance(BackendConformance):
+class TestOrtStandInSampleProfilesConformance(KeywordsAndDynamicAxisCalls, BackendConformance):
     """Keyword calls, a dynamic axis, and one profile per recorded shape plus the graph's."""
 
-    batch_sizes = (2, 3)
     rtol, atol = 1e-4, 1e-5
 
     def make_backend(self) -> OrtTensorRTBackend:
         return OrtTensorRTBackend(exporter="torchscript", profile_source="samples")
-
-    def make_model(self) -> torch.nn.Module:
-        return KeywordsAndDynamicAxis()
-
-    def make_inputs(self, batch_size: int) -> dict[str, torch.Tensor]:
-        return {"tokens": torch.randn(batch_size, 3 + batch_size, 6), "scale": torch.rand(batch_size, 1, 1)}

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import os
-import subprocess
-import sys
-import tomllib
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 from aitune_core.plugins import PluginStatus, default_candidates, get_backend_class
+from aitune_core.testing.child_process import run_python
+from aitune_core.testing.packaging import installed_entry_points, pyproject
 from aitune_trt import TensorRTBackend
 from aitune_trt.availability import tensorrt_availability
 
@@ -98,21 +95,16 @@ def test_an_available_tensorrt_is_offered_first(registry: Any, monkeypatch: pyte
 
 
 def test_pyproject_declares_the_entry_point_and_the_tensorrt_extra() -> None:
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
-    project = pyproject["project"]
+    declared = pyproject(__file__)
+    project = declared["project"]
     assert project["name"] == "aitune-trt"
     assert project["entry-points"]["aitune.plugins"] == {"tensorrt": ENTRY_POINT}
     assert project["optional-dependencies"]["tensorrt"] == ["tensorrt"]
     names = [dep.split(">")[0].split("=")[0].strip() for dep in project["dependencies"]]
     assert "aitune-core" in names and "aitune-onnx" in names
     assert not any(name.startswith(("torch", "tensorrt")) for name in names)
-    assert "gpu: needs TensorRT and a CUDA device" in " ".join(pyproject["tool"]["pytest"]["ini_options"]["markers"])
-    try:
-        installed = importlib.metadata.distribution("aitune-trt")
-    except importlib.metadata.PackageNotFoundError:
-        return
-    (entry_point,) = installed.entry_points.select(group="aitune.plugins")
-    assert (entry_point.name, entry_point.value) == ("tensorrt", ENTRY_POINT)
+    assert "gpu: needs TensorRT and a CUDA device" in " ".join(declared["tool"]["pytest"]["ini_options"]["markers"])
+    assert installed_entry_points("aitune-trt") in (None, [("tensorrt", ENTRY_POINT)])
 
 
 def test_importing_the_plugin_imports_neither_tensorrt_nor_onnx() -> None:
@@ -128,16 +120,5 @@ def test_importing_the_plugin_imports_neither_tensorrt_nor_onnx() -> None:
         "                or m == 'aitune_trt.engine')\n"
         "assert not loaded, loaded\n"
     )
-    import aitune_core
-    import aitune_onnx
-    import aitune_trt
-
-    paths = [str(Path(str(module.__file__)).resolve().parents[1]) for module in (aitune_trt, aitune_onnx, aitune_core)]
-    completed = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
-        timeout=120,
-    )
+    completed = run_python(code, "aitune_trt", "aitune_onnx")
     assert completed.returncode == 0, completed.stderr[-2000:]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import onnx
 import pytest
@@ -11,6 +10,7 @@ import torch
 
 from aitune_core.backends.base import BuildContext
 from aitune_core.metadata.locator import Locator
+from aitune_core.testing.models import Nested
 from aitune_onnx import export_graph
 from aitune_trt.precision import Capabilities, CastModule, PrecisionError, PrecisionPlan, plan_precision, tolerances_for
 from aitune_trt.testing import TENSORRT_10, TENSORRT_11
@@ -68,8 +68,8 @@ def test_tolerances_widen_with_the_precision() -> None:
     assert tolerances_for("bf16", False).for_dtype(torch.float32).rtol == 5e-2
 
 
-def test_cast_module_keeps_the_recorded_dtypes_at_its_edges(helpers: Any) -> None:
-    model = helpers.Nested().eval()
+def test_cast_module_keeps_the_recorded_dtypes_at_its_edges() -> None:
+    model = Nested().eval()
     dtypes = {Locator(None).child("hidden", "key"): torch.float32}
     cast = CastModule(model, torch.bfloat16, dtypes)
     x, pairs = torch.randn(2, 8), torch.randn(4, 3)

@@ -19,6 +19,7 @@ from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_onnx.layout import IOLayout
 from aitune_trt import OutOfProfileError, ProfileInput, TensorRTProfile
 from aitune_trt.runner import TRT_DTYPES, TensorRTRunner, check_engine_profiles, torch_dtype
+from aitune_trt.testing import ProfiledStandIn
 
 
 class Model(torch.nn.Module):
@@ -40,7 +41,7 @@ def _profile(source: str, batch: tuple[int, int, int], length: tuple[int, int, i
 PROFILES = [_profile("config", (1, 2, 2), (1, 8, 16)), _profile("config", (3, 8, 8), (1, 8, 16))]
 
 
-class RecordingEngine:
+class RecordingEngine(ProfiledStandIn):
     """Stands in for a TensorRT engine: records what it is given and computes Model's outputs.
 
     It takes ``inputs_x`` in float16 and ``ids`` in int32 (as an engine built in half
@@ -49,7 +50,7 @@ class RecordingEngine:
     """
 
     def __init__(self, profiles: list[TensorRTProfile] = PROFILES, inputs: tuple[str, ...] = ("inputs_x", "ids")):
-        self.profiles = profiles
+        super().__init__(profiles)
         self.input_names = list(inputs)
         self.output_names = ["output_hidden", "output_pooled_0", "output_pooled_1"]
         self.input_dtypes = {"inputs_x": torch.float16, "ids": torch.int32}
@@ -60,14 +61,6 @@ class RecordingEngine:
         }
         self.device = torch.device("cpu")
         self.calls: list[tuple[int, dict[str, torch.Tensor]]] = []
-
-    @property
-    def num_profiles(self) -> int:
-        return len(self.profiles)
-
-    def profile_shapes(self, name: str, index: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-        entry = self.profiles[index].entry(name)
-        return entry.min, entry.opt, entry.max
 
     def run(self, profile: int, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         self.calls.append((profile, dict(inputs)))

@@ -9,6 +9,7 @@ import torch
 
 import aitune_core as ait
 from aitune_core.profiling.measurement import ProfileConfig
+from aitune_core.testing.models import TinyMLP
 from aitune_trt import TensorRTBackend
 
 FAST_PROFILE = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.005, max_time_s=0.03, max_batch_search=False)
@@ -17,11 +18,9 @@ FAST_PROFILE = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.005, ma
 @pytest.mark.skipif(
     TensorRTBackend.availability("cpu").available, reason="this machine has TensorRT and CUDA; nothing is skipped"
 )
-def test_default_candidates_skip_tensorrt_with_the_reason(
-    helpers: Any, aitune_fake_dist: Any, aitune_isolated_plugins: Any
-) -> None:
+def test_default_candidates_skip_tensorrt_with_the_reason(aitune_fake_dist: Any, aitune_isolated_plugins: Any) -> None:
     aitune_isolated_plugins.load(aitune_fake_dist("aitune-trt", entry_points={"tensorrt": "aitune_trt.plugin"}))
-    model = helpers.TinyMLP().eval()
+    model = TinyMLP().eval()
     wrapped = ait.Module(model, "trt-default-candidates")
     report = ait.tune(
         wrapped,

@@ -11,7 +11,7 @@ share this machine's disk, how to bring a winner's artifacts back
 * the graph is shipped once, lazily, at the first candidate (after the strategy's
   ``_pre_tune``, which may widen the graph's batch range);
 * a worker's answer becomes the strategy's summary row here, on the strategy's thread,
-  with the same log events as in-process tuning plus ``worker=pid@host``;
+  and the events the worker logged for it are shown here (see :mod:`.answer`);
 * the winner is restored here: a JIT backend is rebuilt from its config, any other is
   made with ``from_dict`` from its artifacts and activated; either is then validated
   against eager here before it serves. Those steps run inside the session's module
@@ -29,22 +29,17 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from aitune_core.executors.base import CandidateTask, Executor, ExecutorError, PendingCandidate
-from aitune_core.executors.payload import CandidateRecord, GraphPayload, UnshippableBackendError, backend_ref
+from aitune_core.executors.base import CandidateTask, Executor, ExecutorError, FinishedCandidate, PendingCandidate
+from aitune_core.executors.isolated.answer import Answer
+from aitune_core.executors.isolated.payload import GraphPayload, UnshippableBackendError, backend_ref
 
 if TYPE_CHECKING:
     from aitune_core.backends.base import Backend
     from aitune_core.strategies.candidates import CandidateResult, GraphSession
-
-Fetch = Any
-"""What a subclass keeps to fetch a passed candidate's artifacts later (None: nothing to fetch)."""
-
-_EVENT_TAIL_LINES = 12
 
 
 @attrs.define(eq=False)
@@ -54,8 +49,8 @@ class Shipment:
     handle: Any
     pool: ThreadPoolExecutor
     graph_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
-    futures: list[Future[tuple[CandidateRecord, Fetch]]] = attrs.field(factory=list)
-    fetches: dict[int, Fetch] = attrs.field(factory=dict)
+    futures: list[Future[Answer]] = attrs.field(factory=list)
+    fetches: dict[int, Any] = attrs.field(factory=dict)
 
 
 class RemoteExecutor(Executor):
@@ -92,11 +87,12 @@ class RemoteExecutor(Executor):
         """Make ``payload`` available to workers; returns the handle :meth:`run` gets."""
 
     @abc.abstractmethod
-    def run(self, handle: Any, candidate: dict[str, Any]) -> tuple[CandidateRecord, Fetch]:
+    def run(self, handle: Any, candidate: dict[str, Any]) -> Answer:
         """Run one candidate in a worker and wait for it (on a pool thread).
 
         Enforce ``timeout_s`` from the moment the candidate starts. A crash, a timeout or
-        a lost worker is a failed record, never an exception.
+        a lost worker is a failed answer (:meth:`Answer.failed`), never an exception.
+        Set the answer's ``fetch`` to what :meth:`fetch_artifacts` needs later.
         """
 
     def unship(self, handle: Any) -> None:
@@ -109,10 +105,9 @@ class RemoteExecutor(Executor):
         """Where workers build; None lets each worker pick its own folder (no shared disk)."""
         return str(session.cache_dir)
 
-    def fetch_artifacts(self, session: GraphSession, result: CandidateResult, fetch: Fetch) -> dict[str, str]:
+    def fetch_artifacts(self, session: GraphSession, result: CandidateResult, fetch: Any) -> dict[str, str]:
         """The winner's artifact paths on this machine; by default the workers share its disk."""
-        data = result.backend_data or {}
-        return dict(data.get("artifacts", {}))
+        return dict((result.backend_data or {}).get("artifacts", {}))
 
     def candidate_options(self) -> dict[str, Any]:
         """Extra keys of every candidate payload (a memory limit, threads per worker)."""
@@ -123,9 +118,9 @@ class RemoteExecutor(Executor):
         try:
             reference = backend_ref(task.blueprint)
         except UnshippableBackendError as error:
-            CandidateRecord.failed("start", str(error)).apply(task.result)
-            task.log.warning("start failed", reason=task.result.reason)
-            return _Pending(self, session, task, None).finished()
+            Answer.failed("start", str(error)).fill(task.result, task.log)
+            _raise_if_asked(task)
+            return FinishedCandidate(task.result)
         shipment = self._shipment(session)
         candidate = {
             "label": task.result.backend,
@@ -137,13 +132,13 @@ class RemoteExecutor(Executor):
         }
         future = shipment.pool.submit(self._run_guarded, shipment.handle, candidate)
         shipment.futures.append(future)
-        return _Pending(self, session, task, future)
+        return _Pending(shipment, task, future)
 
-    def _run_guarded(self, handle: Any, candidate: dict[str, Any]) -> tuple[CandidateRecord, Fetch]:
+    def _run_guarded(self, handle: Any, candidate: dict[str, Any]) -> Answer:
         try:
             return self.run(handle, candidate)
         except Exception as error:
-            return CandidateRecord.failed("start", f"{self.name} executor error: {type(error).__name__}: {error}"), None
+            return Answer.failed("start", f"{self.name} executor error: {type(error).__name__}: {error}")
 
     def _shipment(self, session: GraphSession) -> Shipment:
         with self._lock:
@@ -171,24 +166,16 @@ class RemoteExecutor(Executor):
                 )
             return shipment
 
-    def remember(self, session: GraphSession, result: CandidateResult, fetch: Fetch) -> None:
-        shipment = self._shipments.get(id(session))
-        if shipment is not None and fetch is not None:
-            shipment.fetches[id(result)] = fetch
-
     def restore(self, session: GraphSession, result: CandidateResult, validate: bool) -> Backend:
         from aitune_core.strategies.candidates import release
 
-        data = result.backend_data
-        blueprint = result.blueprint
+        data, blueprint = result.backend_data, result.blueprint
         if data is None or blueprint is None:
             raise ExecutorError(f"{result.backend} did not pass, so there is nothing to restore")
         start = time.perf_counter()
         guard = session.guard  # what ran in a worker is made again here, next to the user's own module
-        if data.get("is_jit"):
-            # A JIT backend is code compiled in its worker's memory: compile it again here.
-            backend = blueprint.blueprint()
-            step, how = "build", "rebuilt from its config"
+        if data.get("is_jit"):  # code compiled in its worker's memory: compile it again here
+            backend, step, how = blueprint.blueprint(), "build", "rebuilt from its config"
         else:
             shipment = self._shipments.get(id(session))
             fetch = shipment.fetches.get(id(result)) if shipment is not None else None
@@ -199,10 +186,7 @@ class RemoteExecutor(Executor):
         context.cache_dir.mkdir(parents=True, exist_ok=True)
         try:
             with guard.step(step):
-                if step == "build":
-                    backend.build(context)
-                else:
-                    backend.activate(context)
+                (backend.build if step == "build" else backend.activate)(context)
             if validate:
                 tolerances = backend.default_tolerances().merged(session.tolerances)
                 reference = session.reference
@@ -214,12 +198,9 @@ class RemoteExecutor(Executor):
         except Exception:
             release(backend, guard)
             raise
+        duration_s = round(time.perf_counter() - start, 3)
         session.log.info(
-            "winner restored",
-            backend=result.backend,
-            worker=result.worker,
-            how=how,
-            duration_s=round(time.perf_counter() - start, 3),
+            "winner restored", backend=result.backend, worker=result.worker, how=how, duration_s=duration_s
         )
         return backend
 
@@ -248,73 +229,34 @@ class RemoteExecutor(Executor):
 
 
 class _Pending(PendingCandidate):
-    """A candidate running in a worker; :meth:`result` turns its record into the summary row."""
+    """A candidate running in a worker; :meth:`result` makes its answer the summary row."""
 
-    def __init__(
-        self,
-        executor: RemoteExecutor,
-        session: GraphSession,
-        task: CandidateTask,
-        future: Future[tuple[CandidateRecord, Fetch]] | None,
-    ) -> None:
-        self._executor = executor
-        self._session = session
-        self._task = task
-        self._future = future
-        self._collected = future is None
-
-    def finished(self) -> _Pending:
-        self._raise_if_asked()
-        return self
+    def __init__(self, shipment: Shipment, task: CandidateTask, future: Future[Answer]) -> None:
+        self._shipment, self._task, self._future = shipment, task, future
+        self._collected = False
 
     def done(self) -> bool:
-        return self._future is None or self._future.done()
+        return self._collected or self._future.done()
 
     def result(self) -> CandidateResult:
-        result = self._task.result
+        row = self._task.result
         if not self._collected:
-            assert self._future is not None
-            record, fetch = self._future.result()
-            record.apply(result)
-            self._executor.remember(self._session, result, fetch)
-            _log_record(self._task.log, record)
+            answer = self._future.result()
+            answer.fill(row, self._task.log)
+            if answer.fetch is not None:
+                self._shipment.fetches[id(row)] = answer.fetch
             self._collected = True
-            self._raise_if_asked()
-        return result
-
-    def _raise_if_asked(self) -> None:
-        from aitune_core.strategies.candidates import CandidateFailedError, CandidateRejectedError
-
-        result = self._task.result
-        if self._task.raise_errors and result.status == "rejected":
-            raise CandidateRejectedError(result)
-        if self._task.raise_errors and result.status == "failed":
-            raise CandidateFailedError(result)
+            _raise_if_asked(self._task)
+        return row
 
 
-def _log_record(log: Any, record: CandidateRecord) -> None:
-    """The events in-process tuning logs for a candidate, from a worker's record, with the worker."""
-    log = log.bind(worker=record.worker) if record.worker else log
-    if record.status == "passed" or record.stage not in ("build", "start"):
-        log.info("build finished", duration_s=round(record.build_s, 3), **record.build_info)
-    if record.max_abs_error is not None and (record.status == "passed" or record.stage == "profile"):
-        log.info(
-            "validated", duration_s=round(record.validate_s, 3), max_abs_error=float(f"{record.max_abs_error:.3g}")
-        )
-    if record.status == "passed" and record.measurement is not None:
-        log.info(
-            "profiled",
-            throughput=round(record.measurement.throughput, 2),
-            batch_size=record.measurement.batch_size,
-            latency_ms=round(record.measurement.median_ms, 4),
-            duration_s=round(record.profile_s, 3),
-        )
-    elif record.status == "rejected":
-        log.warning("validation failed", reason=record.reason)
-    elif record.status == "failed":
-        # The row keeps the whole tail; the event shows its last lines, enough to see where it died.
-        tail = {"log_tail": "\n".join(record.log_tail.splitlines()[-_EVENT_TAIL_LINES:])} if record.log_tail else {}
-        log.warning(f"{record.stage or 'start'} failed", reason=record.reason, **tail)
+def _raise_if_asked(task: CandidateTask) -> None:
+    from aitune_core.strategies.candidates import CandidateFailedError, CandidateRejectedError
+
+    if task.raise_errors and task.result.status == "rejected":
+        raise CandidateRejectedError(task.result)
+    if task.raise_errors and task.result.status == "failed":
+        raise CandidateFailedError(task.result)
 
 
 def seal_restored(backend: Backend, data: dict[str, Any], label: str) -> None:
@@ -338,15 +280,3 @@ def seal_restored(backend: Backend, data: dict[str, Any], label: str) -> None:
     except ArtifactChangedError as error:
         raise ExecutorError(f"its artifacts are not what the worker validated: {error}") from None
     seal(backend, worker_seal.moved(paths))
-
-
-def output_tail(path: Path, limit: int = 4000) -> str:
-    """The end of a worker's log file, for the reason a candidate failed."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - limit))
-            return handle.read().decode("utf-8", "replace").strip()
-    except OSError:
-        return ""

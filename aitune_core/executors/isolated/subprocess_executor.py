@@ -9,30 +9,24 @@ happens to it is read from outside:
 * a signal becomes "killed by SIGABRT" (or SIGSEGV, ...);
 * a time limit, counted from the child's start, becomes "timed out after 600 s";
 * a memory limit on what the child and its helpers hold (read from ``/proc`` ten times
-  a second, see :mod:`aitune_core.executors.memory`) becomes "out of memory: held ...";
+  a second, see :mod:`.memory`) becomes "out of memory: held ...";
 
-each with the end of the child's log (``PYTHONFAULTHANDLER`` is on, so a native crash
-leaves the Python stack there). The other candidates and this process carry on.
+each at the stage the child recorded last, with the end of the child's log
+(``PYTHONFAULTHANDLER`` is on, so a native crash leaves the Python stack there). The
+other candidates and this process carry on.
 
-Children load the graph from files written once per graph (see
-:mod:`aitune_core.executors.payload`; the module itself is pickled for them), build
-into the same cache folder as in-process tuning, and write their result as JSON. An
-AOT winner is then loaded here from its artifacts in that folder; a JIT winner is
-compiled again here. Children find modules the way this process does: its
-``sys.path`` is their ``PYTHONPATH``.
+Children load the graph from files written once per graph (:mod:`.payload`), find
+modules the way this process does (its ``sys.path`` is their ``PYTHONPATH``), build
+into the same cache folder as in-process tuning, so an AOT winner is loaded here from
+its artifacts there, and write their answer as JSON (:mod:`.worker`).
 
 Each child leads a process group of its own, and the whole group is killed when the
 candidate ends, however it ends: compiler worker pools and helper processes a backend
 started die with it instead of holding memory for the rest of the tuning. (A helper
 that leaves the group on purpose, with ``setsid``, is out of reach.)
 
-The defaults bound what one bad candidate costs: :data:`~aitune_core.executors.base.DEFAULT_TIMEOUT_S`
-(600 s) and half of this machine's memory (or its container's), shared out among the
-workers.
-
-Costs: each child starts an interpreter and imports torch (a few seconds), and times
-eager again next to the candidate, so that the candidate's speedup compares timings
-taken in the same process. Linux and macOS; on macOS the memory limit is not enforced.
+Costs: each child starts an interpreter and imports torch (a few seconds). Linux and
+macOS; on macOS the memory limit is not enforced.
 """
 
 from __future__ import annotations
@@ -53,17 +47,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-import aitune_core.executors.memory as memory
 from aitune_core.executors.base import DEFAULT_TIMEOUT_S
-from aitune_core.executors.child import EXIT_OUT_OF_MEMORY
-from aitune_core.executors.payload import CandidateRecord, GraphPayload, looks_out_of_memory
-from aitune_core.executors.remote import Fetch, RemoteExecutor, output_tail
+from aitune_core.executors.isolated import memory
+from aitune_core.executors.isolated.answer import Answer, looks_out_of_memory
+from aitune_core.executors.isolated.payload import GraphPayload
+from aitune_core.executors.isolated.remote import RemoteExecutor
+from aitune_core.executors.isolated.worker import EXIT_OUT_OF_MEMORY
 
 if TYPE_CHECKING:
     from aitune_core.strategies.candidates import GraphSession
-
-# Log events of run_candidate, and the step a child is in once it has logged each.
-_STAGE_MARKS = (("build started", "build"), ("build finished", "validation"), ("validated", "serialize"))
 
 
 @attrs.define(eq=False)
@@ -122,7 +114,6 @@ class SubprocessExecutor(RemoteExecutor):
         text = super().describe()
         return text[:-1] + f", memory {self.memory_limit_mb} MiB)" if self.memory_limit_mb else text
 
-    # ------------------------------------------------------------------ RemoteExecutor
     def ship(self, session: GraphSession, payload: GraphPayload) -> _Job:
         folder = Path(tempfile.mkdtemp(prefix="aitune-graph-"))
         payload.write(folder)
@@ -131,15 +122,15 @@ class SubprocessExecutor(RemoteExecutor):
     def candidate_options(self) -> dict[str, Any]:
         return {"threads": self.threads}
 
-    def run(self, handle: Any, candidate: dict[str, Any]) -> tuple[CandidateRecord, Fetch]:
+    def run(self, handle: Any, candidate: dict[str, Any]) -> Answer:
         job: _Job = handle
         folder = Path(tempfile.mkdtemp(prefix="candidate-", dir=job.folder))
         (folder / "candidate.json").write_text(json.dumps(candidate))
-        log_path, result_path = folder / "child.log", folder / "result.json"
-        command = [self.python, "-m", "aitune_core.executors.child", str(job.folder), str(folder / "candidate.json")]
+        log_path, answer_path = folder / "child.log", folder / "answer.json"
+        command = [self.python, "-m", "aitune_core.executors.isolated.worker", str(job.folder)]
         with log_path.open("wb") as log:
             child = subprocess.Popen(
-                [*command, str(result_path)],
+                [*command, str(folder / "candidate.json"), str(answer_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -157,15 +148,15 @@ class SubprocessExecutor(RemoteExecutor):
                 job.children.discard(child)
             _kill_group(child)  # its helpers: compiler workers, servers, whatever it started
             code = child.wait()
-        worker = f"{child.pid}@{socket.gethostname()}"
-        if stopped is None and code == 0 and result_path.is_file():
-            record = CandidateRecord.from_json(result_path.read_text())
-            if record.status == "failed":
-                record.log_tail = output_tail(log_path) or record.log_tail
-            return record, None
         tail = output_tail(log_path)
+        # The child's answer, or the failed row it wrote as each stage started if it died on the way.
+        answer = Answer.from_json(answer_path.read_text()) if answer_path.is_file() else Answer.failed("start", "")
+        if stopped is None and code == 0 and answer_path.is_file():
+            if answer.result.status == "failed":
+                answer.result.log_tail = tail or answer.result.log_tail
+            return answer
         reason = stopped or self._reason(code, job.cancelled, tail)
-        return CandidateRecord.failed(_stage_from_log(tail), reason, worker, tail), None
+        return Answer.failed(answer.result.stage, reason, f"{child.pid}@{socket.gethostname()}", tail)
 
     def _watch(self, child: subprocess.Popen[bytes]) -> str | None:
         """Wait until the child ends, or stop it at its time or memory limit and say why.
@@ -256,11 +247,12 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _stage_from_log(tail: str) -> str:
-    """The step a child was in when it died, from the last run_candidate event in its log."""
-    latest, stage = -1, "start"
-    for mark, step in _STAGE_MARKS:
-        at = tail.rfind(mark)
-        if at > latest:
-            latest, stage = at, step
-    return stage
+def output_tail(path: Path, limit: int = 4000) -> str:
+    """The end of a child's log file, for the reason a candidate failed."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, 2)
+            handle.seek(max(0, handle.tell() - limit))
+            return handle.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""

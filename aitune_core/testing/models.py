@@ -1,0 +1,123 @@
+"""Tiny models for testing backends, each with the calls it is recorded with.
+
+Each model stands for one thing a backend must handle: plain layers (:class:`TinyMLP`,
+and :class:`SmallMLP`, wide enough for quantized kernels to matter), a dynamic axis
+beside the batch axis (:class:`Tagger`, :class:`KeywordsAndDynamicAxis`), nested
+containers in and out with a non-tensor argument (:class:`Nested`), and an output whose
+size depends on the data (:class:`Positive`). A ``*_call(batch)`` function gives one
+call's ``(args, kwargs)`` at a batch size, as :func:`aitune_core.testing.recording.record`
+takes them. They are small enough that exporting or compiling one takes about a second
+on a two-core CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+Call = tuple[tuple[Any, ...], dict[str, Any]]
+"""One call of a model: positional and keyword arguments."""
+
+
+class TinyMLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(8, 16)
+        self.down = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def mlp_call(batch: int) -> Call:
+    return (torch.randn(batch, 8),), {}
+
+
+class SmallMLP(torch.nn.Module):
+    """Two Linear layers wide enough for per-row int8 kernels to matter."""
+
+    def __init__(self, width: int = 32, hidden: int = 64) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(width, hidden)
+        self.act = torch.nn.GELU()
+        self.down = torch.nn.Linear(hidden, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.act(self.up(x)))
+
+
+class Tagger(torch.nn.Module):
+    """Token features with a dynamic sequence length next to the batch axis, and a mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.proj(tokens)) * mask.unsqueeze(-1)
+
+
+def tagger_call(batch: int) -> Call:
+    """Batch 2, 4 and 8 come with sequence lengths 3, 9 and 5, so the sequence axis is dynamic."""
+    length = {2: 3, 4: 9, 8: 5}[batch]
+    return (torch.randn(batch, length, 8), (torch.rand(batch, length) > 0.3).float()), {}
+
+
+class Nested(torch.nn.Module):
+    """Tuple and dict inputs, a flag baked in, and nested outputs; ``pairs`` holds two rows per sample."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 4)
+
+    def forward(
+        self, values: tuple[torch.Tensor, dict[str, torch.Tensor]], scale: float = 1.0, double: bool = False
+    ) -> dict[str, Any]:
+        x, extra = values
+        hidden = torch.relu(self.proj(x)) * scale
+        pairs = extra["pairs"].view(x.shape[0], 2, -1).sum(dim=1)
+        if double:
+            pairs = pairs * 2
+        return {"hidden": hidden, "extra": (pairs, hidden.mean(dim=1)), "tag": "nested"}
+
+
+def nested_call(batch: int) -> Call:
+    return ((torch.randn(batch, 8), {"pairs": torch.randn(2 * batch, 3)}),), {"double": True}
+
+
+class Positive(torch.nn.Module):
+    """Data-dependent output size: the indices of the positive entries."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.nonzero(x > 0), x * 2
+
+
+def positive_call(batch: int) -> Call:
+    return (torch.randn(batch, 5),), {}
+
+
+class KeywordsAndDynamicAxis(torch.nn.Module):
+    """Called with keywords; ``tokens`` also has a dynamic (non-batch) axis."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(6, 6)
+
+    def forward(self, tokens: torch.Tensor, scale: torch.Tensor) -> dict[str, torch.Tensor]:
+        hidden = self.proj(tokens) * scale
+        return {"hidden": hidden, "pooled": hidden.mean(dim=1)}
+
+
+class KeywordsAndDynamicAxisCalls:
+    """Mixed into a :class:`~aitune_core.testing.BackendConformance` subclass (first among
+    its bases): the suite then runs on :class:`KeywordsAndDynamicAxis`, called with
+    keywords, its sequence length growing with the batch."""
+
+    batch_sizes: ClassVar[tuple[int, ...]] = (2, 3)
+
+    def make_model(self) -> torch.nn.Module:
+        return KeywordsAndDynamicAxis()
+
+    def make_inputs(self, batch_size: int) -> dict[str, torch.Tensor]:
+        return {"tokens": torch.randn(batch_size, 3 + batch_size, 6), "scale": torch.rand(batch_size, 1, 1)}
