@@ -10,4 +10,4 @@ if importlib.util.find_spec("aitune_transformers") is None:
 if importlib.util.find_spec("aitune_core") is None:
     sys.path.insert(0, str(_HERE.parents[1]))
 
-pytest_plugins = ["aitune_core.testing"]
+pytest_plugins = ["aitune_core.testing", "aitune_core.testing.isolation"]

@@ -1,18 +1,14 @@
-"""Tiny language models from configs (random weights, no hub), and a clean aitune config per test."""
+"""Tiny language models from configs (random weights, no hub); the root conftest gives each test a clean config."""
 
 from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
-
-from aitune_core.config import config
-from aitune_core.testing.timing import steady_timer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 try:
@@ -21,18 +17,6 @@ except ImportError:  # each test module skips with the reason; the conftest must
     transformers = None
 
 _names = itertools.count()
-
-
-@pytest.fixture(autouse=True)
-def _default_config(tmp_path: Path) -> Iterator[None]:
-    config.reset()
-    config.timer = steady_timer()  # which candidate wins never depends on the machine's load
-    config.cache_dir = tmp_path / "aitune-cache"
-    torch.manual_seed(0)
-    try:
-        yield
-    finally:
-        config.reset()
 
 
 @pytest.fixture
