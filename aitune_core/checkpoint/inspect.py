@@ -83,19 +83,22 @@ def _would_run(manifest: Manifest) -> list[str]:
         for name, ref in backend.artifacts.items()
         if ref.native
     ]
-    jit = sorted(
-        {
-            backend.description
-            for module in manifest.modules
-            for graph in module.graphs
-            for backend in graph.backend_entries()
-            if backend.is_jit
-        }
-    )
+    at_load: set[str] = set()
+    first_call: set[str] = set()
+    for module in manifest.modules:
+        for graph in module.graphs:
+            for backend in graph.backend_entries():
+                if backend.is_jit:
+                    where = f"{module.name}/{graph.spec.name}: {backend.description}"
+                    (at_load if graph.samples is not None else first_call).add(where)
     lines = ["  native code: " + ("none" if not native else "loading runs these (needs trust_native_code=True):")]
     lines.extend(native)
-    if jit:
-        lines.append("  compiled again at load from the stored samples: " + ", ".join(jit))
+    if at_load:
+        lines.append("  compiled again at load from the stored samples: " + ", ".join(sorted(at_load)))
+    if first_call:
+        lines.append(
+            "  compiled on the first call after load (no samples could be stored): " + ", ".join(sorted(first_call))
+        )
     return lines
 
 
