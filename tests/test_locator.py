@@ -12,7 +12,7 @@ import torch
 
 from aitune_core.metadata import Locator, SampleMetadata, register_container
 from aitune_core.metadata.containers import CONTAINERS
-from aitune_core.metadata.locator import map_leaves, walk, walk_inputs, walk_outputs
+from aitune_core.metadata.locator import get_many, map_leaves, walk, walk_inputs, walk_outputs
 
 
 @dataclasses.dataclass
@@ -338,3 +338,32 @@ def test_sample_metadata_locators_follow_walk_order() -> None:
         ("values[4].note", "info"),
         ("t3.note", "xyz"),
     ]
+
+
+def test_get_many_finds_every_leaf_and_flattens_each_container_once() -> None:
+    flattened: list[str] = []
+
+    class Layer:
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+            self.keys, self.values = keys, values
+
+    def flatten(layer: Layer) -> list[tuple[str, Any]]:
+        flattened.append("layer")
+        return [("keys", layer.keys), ("values", layer.values)]
+
+    register_container(Layer, flatten, lambda layer, children: Layer(*children))
+    try:
+        arguments = {
+            "x": torch.ones(1),
+            "cache": [Layer(torch.zeros(2), torch.ones(2)), Layer(torch.ones(3), torch.zeros(3))],
+        }
+        locators = [loc for loc, _ in walk_inputs(arguments)]
+        flattened.clear()
+        found = get_many(arguments, locators)
+        assert [leaf.shape[0] for leaf in found] == [1, 2, 2, 3, 3]
+        assert all(a is b for a, b in zip(found, [loc.get(arguments) for loc in locators], strict=True))
+        flattened.clear()
+        get_many(arguments, locators)
+        assert flattened == ["layer", "layer"]  # each layer once, though two tensors sit in each
+    finally:
+        CONTAINERS.unregister(Layer)

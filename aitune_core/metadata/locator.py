@@ -105,6 +105,30 @@ def _child(node: Any, key: Hashable) -> Any:
     raise KeyError(key)
 
 
+def get_many(structure: dict[str, Any], locators: list[Locator]) -> list[Any]:
+    """The leaves at ``locators`` (rooted at parameter names), flattening each container on their paths once.
+
+    Eight tensors of a two-layer KV cache share their path up to the layer: looking
+    each up on its own flattens the cache, its layer list and a layer for every tensor.
+    """
+    children: dict[tuple[Hashable, ...], dict[Hashable, Any]] = {}
+    found = []
+    for locator in locators:
+        node = structure[locator.root]
+        path: tuple[Hashable, ...] = (locator.root,)
+        for key in locator.keys:
+            kids = children.get(path)
+            if kids is None:
+                container = CONTAINERS.lookup(type(node))
+                if container is None:
+                    raise KeyError(f"cannot step into {type(node).__name__} with {key!r}")
+                kids = children[path] = dict(container.flatten(node))
+            node = kids[key]
+            path = (*path, key)
+        found.append(node)
+    return found
+
+
 def _replace_in(node: Any, keys: tuple[Hashable, ...], value: Any) -> Any:
     if not keys:
         return value

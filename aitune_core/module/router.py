@@ -23,7 +23,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from aitune_core.graphs.graph_spec import GraphSpec
-from aitune_core.metadata.locator import Locator
+from aitune_core.metadata.locator import Locator, get_many
 
 _MAX_REPORTED_UNSEEN = 16
 
@@ -77,6 +77,7 @@ class Route:
         "graph",
         "lower",
         "lower_calls",
+        "nested",
     )
 
     def __init__(self, graph: GraphSpec, backend: Any, lower: Sequence[tuple[int, Any | None]] = ()) -> None:
@@ -91,6 +92,9 @@ class Route:
             _TensorCheck(locator, spec.min_shape, spec.max_shape, spec.get_batch_axis_multipliers())
             for locator, spec in graph.input_spec.tensor_data
         ]
+        # Inputs inside containers (a KV cache) are looked up together, sharing their paths.
+        nested = any(check.root is None for check in self.checks)
+        self.nested = [check.locator for check in self.checks] if nested else None
         # Where to read a call's batch size: the first batch axis, divided by its multiplier.
         self.batch_axis = next(
             ((check, axis, multiplier) for check in self.checks for axis, multiplier in check.batch_multipliers),
@@ -165,19 +169,20 @@ class Route:
         self.lower = tuple(kept)
         self.refresh()
 
+    def _tensors(self, arguments: dict[str, Any]) -> list[Any]:
+        """The call's input tensors, in the order of ``checks``."""
+        if self.nested is None:
+            return [arguments[check.root] for check in self.checks]
+        return get_many(arguments, self.nested)
+
     def takes_grad(self, arguments: dict[str, Any]) -> bool:
         """Whether an input tensor requires grad (asked only while grad mode is on)."""
-        for check in self.checks:
-            tensor = arguments[check.root] if check.root is not None else check.locator.get(arguments)
-            if tensor.requires_grad:
-                return True
-        return False
+        return any(tensor.requires_grad for tensor in self._tensors(arguments))
 
     def mismatch(self, arguments: dict[str, Any]) -> str | None:
         """None when the call fits the tuned shapes, else why it does not."""
         batch: int | None = None
-        for check in self.checks:
-            tensor = arguments[check.root] if check.root is not None else check.locator.get(arguments)
+        for check, tensor in zip(self.checks, self._tensors(arguments), strict=True):
             shape = tensor.shape
             for size, low, high in zip(shape, check.lows, check.highs, strict=False):
                 if size < low or size > high:
