@@ -105,7 +105,7 @@ def _child(node: Any, key: Hashable) -> Any:
     raise KeyError(key)
 
 
-def get_many(structure: dict[str, Any], locators: list[Locator]) -> list[Any]:
+def get_many(structure: Any, locators: list[Locator]) -> list[Any]:
     """The leaves at ``locators`` (rooted at parameter names), flattening each container on their paths once.
 
     Eight tensors of a two-layer KV cache share their path up to the layer: looking
@@ -114,7 +114,7 @@ def get_many(structure: dict[str, Any], locators: list[Locator]) -> list[Any]:
     children: dict[tuple[Hashable, ...], dict[Hashable, Any]] = {}
     found = []
     for locator in locators:
-        node = structure[locator.root]
+        node = structure if locator.root is None else structure[locator.root]
         path: tuple[Hashable, ...] = (locator.root,)
         for key in locator.keys:
             kids = children.get(path)

@@ -172,7 +172,7 @@ class Route:
     def _tensors(self, arguments: dict[str, Any]) -> list[Any]:
         """The call's input tensors, in the order of ``checks``."""
         if self.nested is None:
-            return [arguments[check.root] for check in self.checks]
+            return [arguments[check.root] for check in self.checks if check.root is not None]  # every one has a root
         return get_many(arguments, self.nested)
 
     def takes_grad(self, arguments: dict[str, Any]) -> bool:
