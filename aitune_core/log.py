@@ -32,6 +32,20 @@ def _to_listeners(_logger: Any, method: str, event: MutableMapping[str, Any]) ->
     return event
 
 
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is at the time of writing.
+
+    The logger is built once; a stream bound then would outlive a later swap (pytest's
+    capture, an application redirecting stderr) and end up writing to a closed file.
+    """
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def _level() -> int:
     name = os.environ.get("AITUNE_LOG_LEVEL", "info").upper()
     value = logging.getLevelName(name)
@@ -57,7 +71,7 @@ def _build() -> Any:
     else:
         processors.append(structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), pad_event_to=0))
     return structlog.wrap_logger(
-        structlog.PrintLogger(sys.stderr),
+        structlog.PrintLogger(_CurrentStderr()),  # type: ignore[arg-type]
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_level()),
         cache_logger_on_first_use=False,
