@@ -266,15 +266,14 @@ def _tune_graphs(
         except (ModuleChangedError, ModuleRestoreError, ExecutorError):
             raise  # the user's module is at stake, or the setup is wrong: tune() stops and puts every route back
         except Exception as error:
-            if strategy.session is None or getattr(strategy, "surfaces_errors", False):
+            if strategy.session is None or strategy.surfaces_errors:
                 raise
             # One graph that cannot be tuned (eager itself fails on a generated input, say)
             # stays eager with the reason in its row; the graphs already tuned keep theirs.
             reason = f"tuning this graph raised {type(error).__name__}: {error}"
             log.warning("graph left eager", graph=graph.name, reason=reason)
-            _release_candidates(strategy)
             with torch.no_grad():
-                backend = strategy.eager_fallback(reason)
+                backend = strategy.give_up(reason)
         graph_report = GraphReport(
             module.name,
             graph.name,
@@ -292,14 +291,6 @@ def _tune_graphs(
             )
         routes[graph.key] = Route(graph, backend, strategy.lower)
     return routes
-
-
-def _release_candidates(strategy: TuneStrategy) -> None:
-    """Free what a strategy that stopped half-way had built: none of it will serve."""
-    strategy.lower, strategy.eager_serves = [], []
-    for result in strategy.results:
-        if result.instance is not None:
-            strategy.discard(result)
 
 
 def _phase_totals(report: TuneReport) -> dict[str, float]:

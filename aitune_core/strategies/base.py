@@ -71,6 +71,8 @@ class TuneStrategy(abc.ABC):
     description: ClassVar[str] = ""
     parallel_candidates: ClassVar[bool] = False
     """Whether every candidate is tried whatever the others gave, so an executor may run them at once."""
+    surfaces_errors: ClassVar[bool] = False
+    """Whether ``tune()`` lets what this strategy raises through, instead of leaving the graph eager."""
 
     def __init__(
         self,
@@ -423,6 +425,14 @@ class TuneStrategy(abc.ABC):
         """Release a candidate that will not serve; its row fails if releasing it changed the user's module."""
         assert self.session is not None
         discard(result, guard=self.session.guard)
+
+    def give_up(self, reason: str) -> Backend:
+        """Leave the graph eager after its tuning raised: release what was built, keep the rows."""
+        self.lower, self.eager_serves = [], []
+        for result in self.results:
+            if result.instance is not None:
+                self.discard(result)
+        return self.eager_fallback(reason)
 
     def eager_fallback(self, reason: str) -> Backend:
         """Build the eager backend for this graph: the answer when no candidate qualifies."""

@@ -16,7 +16,6 @@ class OneBackendStrategy(TuneStrategy):
     name = "One Backend Strategy"
     description = "use exactly one backend, fail with its original error"
     surfaces_errors = True
-    """``tune()`` lets what this strategy raises through, instead of leaving the graph eager."""
 
     def __init__(self, backend: Backend, **options: Any) -> None:
         if not isinstance(backend, Backend):
