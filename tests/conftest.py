@@ -8,7 +8,6 @@ test's traceback can keep its wrappers alive.
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,9 +23,8 @@ import torch
 
 from aitune_core.config import config
 from aitune_core.context import BATCH_SIZE_KEY, global_context
+from aitune_core.testing.isolation import unique_name  # noqa: F401  (the fixture, not its autouse siblings)
 from aitune_core.testing.timing import steady_timer
-
-_names = itertools.count()
 
 
 @pytest.fixture(autouse=True)
@@ -38,16 +36,6 @@ def _default_config() -> Iterator[None]:
         yield
     finally:
         config.reset()
-
-
-@pytest.fixture
-def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
-    """``unique_name("encoder")`` gives a module name no other test uses."""
-
-    def make(stem: str = "module") -> str:
-        return f"{request.node.name}:{stem}:{next(_names)}"
-
-    return make
 
 
 @pytest.fixture

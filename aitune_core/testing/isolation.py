@@ -14,11 +14,16 @@ itself, which any backend author may enable without giving up their own config:
   after it;
 * every ``aitune_core.load`` that fails must leave the model exactly as it was
   (:func:`~aitune_core.testing.load_guard.guard_failed_loads`).
+
+It also offers ``unique_name``, for module names no other test uses: a name is taken
+while its wrapper lives, and a failing test's traceback can keep wrappers alive. A
+conftest that keeps its own config fixtures can import just that fixture.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -44,3 +49,16 @@ def _aitune_default_config(tmp_path: Path) -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _aitune_failed_loads_change_nothing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return guard_failed_loads(monkeypatch)
+
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> Callable[..., str]:
+    """``unique_name("encoder")`` gives a module name no other test uses."""
+
+    def make(stem: str = "module") -> str:
+        return f"{request.node.name}:{stem}:{next(_names)}"
+
+    return make

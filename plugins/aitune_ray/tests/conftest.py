@@ -6,10 +6,9 @@ so that they import ``ray_backends`` (this folder) and the same aitune as the dr
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +16,12 @@ import pytest
 import torch
 
 from aitune_core.config import config
+from aitune_core.testing.isolation import unique_name  # noqa: F401  (the fixture, not its autouse siblings)
 from aitune_core.testing.timing import steady_timer
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))  # ray_backends, for the driver (importlib mode adds no test folders)
-
-_names = itertools.count()
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +56,3 @@ def _clean_config(tmp_path: Path) -> Iterator[None]:
     finally:
         torch.set_num_threads(threads)
         config.reset()
-
-
-@pytest.fixture
-def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
-    def make(stem: str = "module") -> str:
-        return f"{request.node.name}:{stem}:{next(_names)}"
-
-    return make

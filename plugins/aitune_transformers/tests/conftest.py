@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -15,16 +14,6 @@ try:
     import transformers
 except ImportError:  # each test module skips with the reason; the conftest must still load
     transformers = None
-
-_names = itertools.count()
-
-
-@pytest.fixture
-def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
-    def make(stem: str = "model") -> str:
-        return f"{request.node.name}:{stem}:{next(_names)}"
-
-    return make
 
 
 @pytest.fixture
