@@ -47,6 +47,9 @@ _EXPORTS: dict[str, str] = {
     "config": "aitune_core.config",
     "BATCH_SIZE_KEY": "aitune_core.context",
     "global_context": "aitune_core.context",
+    "BatchDim": "aitune_core.graphs",
+    "DeclarationError": "aitune_core.graphs",
+    "DynamicDim": "aitune_core.graphs",
     "ForwardSignature": "aitune_core.graphs",
     "GraphSpec": "aitune_core.graphs",
     "Sample": "aitune_core.graphs",
@@ -58,6 +61,8 @@ _EXPORTS: dict[str, str] = {
     "Module": "aitune_core.module",
     "ModuleState": "aitune_core.module",
     "UnsupportedCallError": "aitune_core.module",
+    "InspectReport": "aitune_core.inspection",
+    "inspect": "aitune_core.inspection",
     "hookimpl": "aitune_core.plugins",
     "ProfileConfig": "aitune_core.profiling",
     "TuneReport": "aitune_core.reporting",
@@ -71,6 +76,9 @@ _EXPORTS: dict[str, str] = {
     "tune": "aitune_core.tuning",
     "Tolerance": "aitune_core.validation",
     "Tolerances": "aitune_core.validation",
+    "WrapError": "aitune_core.wrapping",
+    "unwrap": "aitune_core.wrapping",
+    "wrap": "aitune_core.wrapping",
 }
 
 # Subpackages that are also public names: ``aitune_core.plugins()`` lists plugins.
@@ -82,13 +90,17 @@ __all__ = [
     "Backend",
     "BackendConfig",
     "BackendState",
+    "BatchDim",
     "BuildContext",
     "CheckpointError",
+    "DeclarationError",
+    "DynamicDim",
     "FirstWinsStrategy",
     "ForwardSignature",
     "GraphSpec",
     "IllegalStateTransitionError",
     "InfoLevel",
+    "InspectReport",
     "LatencyBudgetStrategy",
     "Locator",
     "MaxThroughputStrategy",
@@ -108,15 +120,19 @@ __all__ = [
     "TuneStrategy",
     "TuningError",
     "UnsupportedCallError",
+    "WrapError",
     "__version__",
     "config",
     "global_context",
     "hookimpl",
+    "inspect",
     "load",
     "plugins",
     "register_container",
     "save",
     "tune",
+    "unwrap",
+    "wrap",
 ]
 
 
@@ -143,7 +159,8 @@ if TYPE_CHECKING:
     from aitune_core.checkpoint import CheckpointError, load, save
     from aitune_core.config import config
     from aitune_core.context import BATCH_SIZE_KEY, global_context
-    from aitune_core.graphs import ForwardSignature, GraphSpec, Sample
+    from aitune_core.graphs import BatchDim, DeclarationError, DynamicDim, ForwardSignature, GraphSpec, Sample
+    from aitune_core.inspection import InspectReport, inspect
     from aitune_core.metadata import InfoLevel, Locator, SampleMetadata, TensorSpec, register_container
     from aitune_core.module import Module, ModuleState, UnsupportedCallError
     from aitune_core.plugins import hookimpl
@@ -159,3 +176,4 @@ if TYPE_CHECKING:
     )
     from aitune_core.tuning import TuningError, tune
     from aitune_core.validation import Tolerance, Tolerances
+    from aitune_core.wrapping import WrapError, unwrap, wrap

@@ -224,11 +224,43 @@ def run_plugins_check(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- entry point
+# --------------------------------------------------------------------------- aitune inspect-model
+def add_inspect_model_command(subparsers: Subparsers) -> None:
+    summary = "time every submodule of a workload and suggest what to wrap"
+    parser = add_command(subparsers, "inspect-model", run_inspect_model, summary)
+    parser.add_argument("workload", metavar="SCRIPT:FUNCTION", help="e.g. model.py:workload or mypkg.bench:workload")
+    parser.add_argument("--max-depth", type=int, default=3, help="deepest submodule level timed (default 3)")
+    parser.add_argument("--batch-sizes", default=None, help="comma-separated batch sizes, as tune takes them")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run_inspect_model(args: argparse.Namespace) -> int:
+    """Run a workload and time every submodule down to --max-depth: calls, total time, share of the
+    workload, parameters and the graphs each would be tuned as, with the modules worth wrapping.
+    FUNCTION takes no arguments and returns (model_or_function, dataset), or a dict of
+    aitune_core.inspect's arguments.
+    """
+    from aitune_core.inspection import inspect as inspect_workload
+    from aitune_core.inspection.workload import WorkloadError, load_workload
+
+    try:
+        arguments = load_workload(args.workload)
+        if args.batch_sizes:
+            arguments["batch_sizes"] = [int(size) for size in args.batch_sizes.split(",")]
+        report = inspect_workload(max_depth=args.max_depth, **arguments)
+    except (WorkloadError, ValueError, TypeError) as error:
+        print(f"aitune inspect-model: {error}", file=sys.stderr)
+        return 1
+    print(report.to_json() if args.json else report.table())
+    return 0
+
+
 COMMANDS: list[Callable[[Subparsers], None]] = [
     add_demo_command,
     add_plugins_command,
     add_plugins_check_command,
     add_inspect_command,
+    add_inspect_model_command,
     add_new_plugin_command,
 ]
 """Subcommand registrars, in the order ``aitune --help`` lists them."""

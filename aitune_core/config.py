@@ -63,6 +63,16 @@ def _boolean(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> Non
         raise ValueError(f"config.{attribute.name} must be True or False, got {value!r}")
 
 
+def _non_negative_int(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"config.{attribute.name} must be a whole number of at least 0, got {value!r}")
+
+
+def _fraction(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"config.{attribute.name} must be a number from 0 up to (not including) 1, got {value!r}")
+
+
 def _is_a(value: Any, module: str, name: str) -> bool:
     """``isinstance(value, module.name)`` without importing ``module``: settings sit below every other layer."""
     return any(cls.__module__ == module and cls.__qualname__ == name for cls in type(value).__mro__)
@@ -115,6 +125,15 @@ class Config:
         wall clock. Tests and benches set a
         :class:`~aitune_core.profiling.timer.ScriptedTimer`, so that which backend wins
         does not depend on how busy the machine is.
+    partition: when no compiled candidate of a graph builds and validates, tune the
+        module's submodules instead and keep its own forward between them (``tune``'s
+        ``partition=`` overrides it). Off by default: the graph stays eager.
+    partition_max_depth: how many levels below a wrapped module partitioning descends
+        (1: its children only).
+    partition_min_params: children with fewer parameters stay eager without a build.
+    partition_min_time_share: children that take less than this fraction of the module's
+        eager time (measured on the recorded samples) stay eager without a build. 0 tries
+        every child, and keeps which children are tried independent of the clock.
     """
 
     strict_mode: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
@@ -128,6 +147,10 @@ class Config:
     executor: str | Executor = attrs.field(factory=_default_executor, validator=_executor_choice)
     allow_lossy: bool = attrs.field(factory=_default_allow_lossy, validator=_boolean)
     timer: Timer | None = attrs.field(default=None, validator=lambda *args: _timer_choice(*args))
+    partition: bool = attrs.field(default=False, validator=_boolean)
+    partition_max_depth: int = attrs.field(default=2, validator=_positive_int)
+    partition_min_params: int = attrs.field(default=1, validator=_non_negative_int)
+    partition_min_time_share: float = attrs.field(default=0.0, validator=_fraction)
 
     def reset(self) -> None:
         """Restore every setting to its default (tests and notebooks use this)."""

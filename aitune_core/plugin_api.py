@@ -76,6 +76,10 @@ _EXPORTS: dict[str, str] = {
     "with_descendants": "aitune_core.executors.isolated.memory",
     "CandidateResult": "aitune_core.strategies.candidates",
     "GraphSession": "aitune_core.strategies.candidates",
+    "DataDependence": "aitune_core.partition.data_dependent",
+    "DataDependentOutputError": "aitune_core.partition.data_dependent",
+    "decline_data_dependent": "aitune_core.partition.data_dependent",
+    "find_data_dependence": "aitune_core.partition.data_dependent",
 }
 
 __all__ = [
@@ -100,6 +104,8 @@ __all__ = [
     "CheckpointError",
     "ChoiceRule",
     "ContainerRegistrar",
+    "DataDependence",
+    "DataDependentOutputError",
     "Executor",
     "ExecutorError",
     "ForwardSignature",
@@ -121,9 +127,11 @@ __all__ = [
     "cast_outputs",
     "compare_outputs",
     "config",
+    "decline_data_dependent",
     "default_limit_mb",
     "dtype_from_str",
     "export_dims",
+    "find_data_dependence",
     "floating_dtype",
     "get_logger",
     "held_bytes",
@@ -174,6 +182,12 @@ if TYPE_CHECKING:
     from aitune_core.metadata.locator import Locator, map_leaves, walk_inputs, walk_outputs
     from aitune_core.metadata.resize import resize
     from aitune_core.metadata.tensor_spec import TensorSpec
+    from aitune_core.partition.data_dependent import (
+        DataDependence,
+        DataDependentOutputError,
+        decline_data_dependent,
+        find_data_dependence,
+    )
     from aitune_core.plugins.api import BASELINE_PRIORITY, DEFAULT_PRIORITY, PLUGIN_API_VERSION, hookimpl
     from aitune_core.plugins.records import Candidate, ContainerRegistrar
     from aitune_core.serialization import dtype_from_str, stable_hash

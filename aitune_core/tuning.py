@@ -30,6 +30,8 @@ from aitune_core.context import BATCH_SIZE_KEY, global_context
 from aitune_core.data import check_batch_sizes, samples_generator
 from aitune_core.executors.base import Executor, ExecutorError
 from aitune_core.executors.registry import resolve_executor
+from aitune_core.graphs.declared_graph import DeclarationError, check_declared_paths, declared_graph
+from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_core.guard import ModuleChangedError, ModuleGuard, ModuleRestoreError, TrainingModes, refusing_training
 from aitune_core.log import get_logger
 from aitune_core.module.router import Route
@@ -54,6 +56,7 @@ def tune(
     dry_run: bool = False,
     strategy: TuneStrategy | None = None,
     executor: str | Executor | None = None,
+    partition: bool | None = None,
 ) -> TuneReport:
     """Tune every wrapped module that ``func`` calls, on real data from ``dataset``.
 
@@ -65,6 +68,9 @@ def tune(
     executor: where candidates run: ``"inprocess"``, ``"subprocess"``, a plugin's name such
         as ``"ray"``, or an Executor instance (left open for the caller to close). None
         takes ``config.executor``.
+    partition: when no compiled candidate of a graph builds and validates, tune the wrapped
+        module's submodules instead, keeping its own forward between them (see
+        :mod:`aitune_core.partition`). None takes ``config.partition``.
     Returns a :class:`TuneReport`; ``print`` it for the summary table.
     Raises :class:`~aitune_core.guard.TrainingModeError` when ``func`` calls a wrapped module
     in training mode, before that call runs.
@@ -78,7 +84,10 @@ def tune(
         # Resolved before gathering, so a misspelt or missing executor fails before any work is done.
         chosen, owned = resolve_executor(executor if executor is not None else config.executor)
         try:
-            return _tune(func, dataset, sizes, max_num_batches_per_batch_size, device, dry_run, strategy, chosen)
+            partitioning = config.partition if partition is None else bool(partition)
+            return _tune(
+                func, dataset, sizes, max_num_batches_per_batch_size, device, dry_run, strategy, chosen, partitioning
+            )
         finally:
             if owned:
                 chosen.close()
@@ -95,6 +104,7 @@ def _tune(
     dry_run: bool,
     strategy: TuneStrategy | None,
     executor: Executor,
+    partition: bool = False,
 ) -> TuneReport:
     log = get_logger()
     started = time.perf_counter()
@@ -136,7 +146,7 @@ def _tune(
         raise TuningError(
             "func called no aitune module while gathering; make sure the wrapped modules are the ones func runs"
         )
-    report = TuneReport(dry_run=dry_run)
+    report = TuneReport(dry_run=dry_run, partition=partition)
     report.timings["gather"] = gathered - started
     if dry_run:
         report.plan = _plan(called, strategy, target, calls)
@@ -144,6 +154,12 @@ def _tune(
             log.info("plan", step=line)
         return report
 
+    try:
+        specs = {module.name: declared_specs(module) for module in called}
+    except DeclarationError:
+        for module in modules:
+            module.restore(previous[module.name])
+        raise
     for module in called:
         module.drop_routes()
     routes: dict[str, dict[Hashable, Route]] = {}
@@ -154,7 +170,7 @@ def _tune(
                     other.deactivate()
             log.info("tuning module", module=module.name, progress=f"{index}/{len(called)}")
             strategy_for = _strategy_for(module, strategy, target)
-            routes[module.name] = _tune_module(module, strategy_for, target, report, executor)
+            routes[module.name] = _tune_module(module, strategy_for, target, report, executor, specs[module.name])
     except BaseException:
         # Stopped half-way: every module goes back to the routes it served before this run.
         for module in called:
@@ -215,13 +231,37 @@ def _strategy_for(module: Module, default: TuneStrategy | None, device: torch.de
     return slots().choose_strategy(module, device) or MaxThroughputStrategy()
 
 
+def declared_specs(module: Module) -> dict[Hashable, GraphSpec]:
+    """Each recorded graph of ``module`` widened to its declared ranges (itself when nothing is declared).
+
+    Raises DeclarationError before anything is built when a declared path is in no
+    recorded graph, or a recorded call lies outside its declared range.
+    """
+    graphs = {key: record.spec for key, record in module.graphs.items()}
+    shapes = module.dynamic_shapes
+    if shapes is None:
+        return graphs
+    check_declared_paths(module.name, shapes, list(graphs.values()))
+    declared = {key: declared_graph(module.graphs[key].spec, shapes, module.graphs[key].samples) for key in graphs}
+    log = get_logger(module=module.name)
+    for graph in declared.values():
+        if graph.declared:
+            log.info("declared ranges", graph=graph.name, ranges=[r.describe() for r in graph.declared])
+    return declared
+
+
 def _tune_module(
-    module: Module, strategy: TuneStrategy, device: torch.device, report: TuneReport, executor: Executor
+    module: Module,
+    strategy: TuneStrategy,
+    device: torch.device,
+    report: TuneReport,
+    executor: Executor,
+    specs: dict[Hashable, GraphSpec],
 ) -> dict[Hashable, Route]:
     log = get_logger(module=module.name)
     guard = ModuleGuard(module.module, module.name, log=log)
     try:
-        return _tune_graphs(module, strategy, device, report, executor, guard, log)
+        return _tune_graphs(module, strategy, device, report, executor, guard, log, specs)
     finally:
         guard.release()
 
@@ -234,11 +274,12 @@ def _tune_graphs(
     executor: Executor,
     guard: ModuleGuard,
     log: Any,
+    specs: dict[Hashable, GraphSpec],
 ) -> dict[Hashable, Route]:
     routes: dict[Hashable, Route] = {}
     graphs = list(module.graphs.values())
     for index, record in enumerate(graphs, start=1):
-        graph = record.spec
+        graph = specs.get(record.spec.key, record.spec)
         log.info(
             "tuning graph",
             graph=graph.name,
@@ -284,12 +325,20 @@ def _tune_graphs(
         )
         report.graphs.append(graph_report)
         selected = graph_report.selected
+        lower = strategy.lower  # read before a partition's children reuse the strategy
+        if report.partition and selected is not None and selected.status == "fallback":
+            from aitune_core.partition.descent import partition_fallback
+
+            backend = partition_fallback(
+                module, record, backend, graph_report, strategy, device, executor, guard, report
+            )
+            selected = graph_report.selected
         if selected is not None and selected.status == "fallback" and config.on_all_candidates_failed == "raise":
             raise TuningError(
                 f"module `{module.name}`, graph {graph.name}: no candidate qualified ({selected.reason}); "
                 "set aitune_core.config.on_all_candidates_failed = 'eager' to keep such graphs eager"
             )
-        routes[graph.key] = Route(graph, backend, strategy.lower)
+        routes[graph.key] = Route(graph, backend, lower)
     return routes
 
 

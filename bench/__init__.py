@@ -26,6 +26,8 @@ SUITES: dict[str, str] = {
     "selection": "bench.selection",
     "warm_cache": "bench.warm_cache",
     "decode": "bench.decode",
+    "dynamic": "bench.dynamic",
+    "wrap": "bench.wrap",
 }
 
 

@@ -27,6 +27,7 @@ if importlib.util.find_spec("aitune_core") is None:
 pytest_plugins = ["aitune_core.testing"]
 
 from aitune_core.config import config  # noqa: E402
+from aitune_core.testing.isolation import unique_name  # noqa: E402, F401  (the fixture)
 from aitune_core.testing.timing import steady_timer  # noqa: E402
 
 

@@ -13,8 +13,10 @@ from typing import Any
 from aitune_core.checkpoint.files import verify
 from aitune_core.checkpoint.load import read
 from aitune_core.checkpoint.manifest import GraphEntry, Manifest
+from aitune_core.checkpoint.partition_view import partition_nodes
 from aitune_core.checkpoint.signing import is_signed
 from aitune_core.metadata.tables import render_table
+from aitune_core.reporting.partition_tree import render_partition
 
 
 def _size(size: int) -> str:
@@ -67,9 +69,16 @@ def describe_checkpoint(path: str | os.PathLike[str], verify_hashes: bool = True
             render_table(rows, ["Graph", "Serves", "Backend", "Plugin", "Kind", "Artifacts", "Samples"], "simple")
         )
         for graph in module.graphs:
+            if graph.partition is not None:
+                title = f"Graph {graph.spec.name} is partitioned; its submodules run on:"
+                lines.append(render_partition(title, partition_nodes(graph.partition)))
+        for graph in module.graphs:
             lines.append("")
             lines.append(f"Graph {graph.spec.name}:")
-            lines.append(graph.spec.graph_spec().describe())
+            spec = graph.spec.graph_spec()
+            if spec.declared:
+                lines.append("declared: " + "; ".join(declared.describe() for declared in spec.declared))
+            lines.append(spec.describe())
     return "\n".join(lines)
 
 
@@ -78,7 +87,7 @@ def _would_run(manifest: Manifest) -> list[str]:
     native = [
         f"    {module.name}/{graph.spec.name}: {backend.name} {name} ({ref.path}, {_size(ref.size)})"
         for module in manifest.modules
-        for graph in module.graphs
+        for graph in (nested for top in module.graphs for nested in top.with_partitions())
         for backend in graph.backend_entries()
         for name, ref in backend.artifacts.items()
         if ref.native
@@ -86,7 +95,7 @@ def _would_run(manifest: Manifest) -> list[str]:
     at_load: set[str] = set()
     first_call: set[str] = set()
     for module in manifest.modules:
-        for graph in module.graphs:
+        for graph in (nested for top in module.graphs for nested in top.with_partitions()):
             for backend in graph.backend_entries():
                 if backend.is_jit:
                     where = f"{module.name}/{graph.spec.name}: {backend.description}"

@@ -22,19 +22,23 @@ import weakref
 from collections.abc import Hashable
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from aitune_core.backends.base import BuildContext
 from aitune_core.checkpoint.archive import is_archive, unpack
-from aitune_core.checkpoint.load_plan import DeviceMap, LoadPlan, ModulePlan, about, plan_load
+from aitune_core.checkpoint.load_plan import DeviceMap, GraphPlan, LoadPlan, ModulePlan, about, plan_load
 from aitune_core.checkpoint.manifest import CheckpointError, Manifest, manifest_bytes, parse_manifest
 from aitune_core.checkpoint.rollback import ModelSnapshot
 from aitune_core.checkpoint.signing import SigningKey
 from aitune_core.checkpoint.staging import clean_stale
 from aitune_core.config import config
+from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.log import get_logger
+from aitune_core.module.recorder import GraphRecord
 from aitune_core.module.router import Route
 from aitune_core.module.wrapper import Module
+from aitune_core.partition.backend import ChildGraph, Part, PartitionBackend
 
 
 def load(
@@ -161,31 +165,80 @@ def _apply_module(model: nn.Module, plan: ModulePlan, snapshot: ModelSnapshot, f
                 setattr(parent, attribute, wrapper)
     routes: dict[Hashable, Route] = {}
     for graph in plan.graphs:
-        spec = graph.spec
-        wrapper.add_graph(spec, graph.samples)
-        for index, (stored, backend) in enumerate(graph.backends()):
-            with about(entry.name, spec.name, stored.name):
-                context = BuildContext(
-                    module=inner,
-                    module_name=entry.name,
-                    graph_spec=spec,
-                    samples=graph.samples,
-                    device=plan.device,
-                    cache_dir=folder / spec.name / str(index) / backend.key(),
-                    signature=wrapper.signature,
-                )
-                context.cache_dir.mkdir(parents=True, exist_ok=True)
-                if backend.is_jit:
-                    get_logger(module=entry.name, graph=spec.name).info(
-                        "recompiling JIT backend from stored samples"
-                        if graph.samples
-                        else "JIT backend compiles on its first call (no samples stored)",
-                        backend=stored.description,
-                    )
-                backend.deploy(context)
-        routes[spec.key] = Route(spec, graph.backend, graph.lower)
+        wrapper.add_graph(graph.spec, graph.samples)
+        routes[graph.spec.key] = _deploy_graph(graph, entry.name, inner, wrapper.signature, plan.device, folder)
     wrapper.set_routes(routes)
     return wrapper
+
+
+def _deploy_graph(
+    graph: GraphPlan,
+    name: str,
+    module: nn.Module,
+    signature: ForwardSignature,
+    device: torch.device,
+    folder: Path,
+    nested: bool = False,
+) -> Route:
+    """Deploy every backend of one graph of ``module`` (a partition's submodules' too) and route to them."""
+    spec = graph.spec
+    for index, (stored, backend) in enumerate(graph.backends()):
+        with about(name, spec.name, stored.name):
+            context = BuildContext(
+                module=module,
+                module_name=name,
+                graph_spec=spec,
+                samples=graph.samples,
+                device=device,
+                cache_dir=folder / spec.name / str(index) / backend.key(),
+                signature=signature,
+            )
+            context.cache_dir.mkdir(parents=True, exist_ok=True)
+            if backend.is_jit:
+                get_logger(module=name, graph=spec.name).info(
+                    "recompiling JIT backend from stored samples"
+                    if graph.samples
+                    else "JIT backend compiles on its first call (no samples stored)",
+                    backend=stored.description,
+                )
+            backend.deploy(context)
+    if graph.entry.partition is None:
+        return Route(spec, graph.backend, graph.lower)
+    parts = []
+    for index, part in enumerate(graph.parts):
+        stored_part = part.entry
+        where = folder / spec.name / "parts" / str(index)
+        child_graphs = [
+            ChildGraph(
+                _record(child),
+                _deploy_graph(child, f"{name}.{stored_part.path}", part.module, part.signature, device, where, True),
+            )
+            for child in part.graphs
+        ]
+        parts.append(
+            Part(
+                stored_part.path,
+                part.module,
+                part.signature,
+                stored_part.parameters,
+                stored_part.share,
+                stored_part.reason,
+                child_graphs,
+            )
+        )
+    partition = PartitionBackend(parts, graph.backend, nested=nested)
+    assert graph.backend.context is not None, "deployed just above, with the graph's context"
+    with about(name, spec.name, "partition"):
+        partition.build(graph.backend.context)
+        partition.deploy()
+    return Route(spec, partition)
+
+
+def _record(graph: GraphPlan) -> GraphRecord:
+    """A partition's child graph as tuning recorded it: what a later ``save`` writes again."""
+    record = GraphRecord(graph.spec)
+    record.samples.extend(graph.samples)
+    return record
 
 
 def read(path: str | os.PathLike[str]) -> tuple[Path, Manifest]:

@@ -27,6 +27,7 @@ from aitune_core.checkpoint.manifest import (
     parse_manifest,
 )
 from aitune_core.checkpoint.origin import about
+from aitune_core.checkpoint.partition_plan import PartPlan, plan_parts
 from aitune_core.checkpoint.signing import SigningKey, verify_signature
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
@@ -46,6 +47,12 @@ class GraphPlan:
     """Restored with ``from_dict`` (config checked, nothing loaded yet); deployed when applied."""
     lower: list[tuple[int, Backend | None]] = attrs.field(factory=list)
     """The lower batch ranges' backends, restored the same way; None is eager."""
+    parts: list[PartPlan] = attrs.field(factory=list)
+    """The submodules of its partition, each with its graphs' plans; empty when it is not partitioned."""
+
+    def with_parts(self) -> list[GraphPlan]:
+        """This graph's plan and those of its partition's graphs, at any depth."""
+        return [self, *(nested for part in self.parts for graph in part.graphs for nested in graph.with_parts())]
 
     def backends(self) -> list[tuple[BackendEntry, Backend]]:
         """Every stored backend with its manifest entry, the main one first, each once."""
@@ -147,7 +154,7 @@ def _plan_module(model: nn.Module, root: Path, entry: ModuleEntry, device_map: D
             weights = load_tensors(root / entry.weights.path, map_location=device)
             check_weights(inner, weights)
     signature = target.signature if isinstance(target, Module) else ForwardSignature(inner.forward)
-    graphs = [_plan_graph(root, entry, graph, device, signature) for graph in entry.graphs]
+    graphs = [_plan_graph(root, entry, graph, device, signature, inner) for graph in entry.graphs]
     return ModulePlan(entry, target, device, weights, graphs)
 
 
@@ -179,7 +186,13 @@ def check_weights(module: nn.Module, weights: Any) -> None:
 
 # --------------------------------------------------------------------------- graphs
 def _plan_graph(
-    root: Path, module: ModuleEntry, graph: GraphEntry, device: torch.device, signature: ForwardSignature
+    root: Path,
+    module: ModuleEntry,
+    graph: GraphEntry,
+    device: torch.device,
+    signature: ForwardSignature,
+    inner: nn.Module,
+    depth: int = 1,
 ) -> GraphPlan:
     name = graph.spec.name if isinstance(graph.spec.name, str) else "?"
     with about(module.name, name):
@@ -188,7 +201,7 @@ def _plan_graph(
         if graph.samples is not None:
             samples = decode_samples(load_tensors(root / graph.samples.path, map_location="cpu"), graph.sample_trees)
         check_graph(spec, samples, signature)
-        spec = GraphSpec(spec.name, spec.input_spec, spec.output_spec, _retarget(spec.key, device.type))
+        spec = GraphSpec(spec.name, spec.input_spec, spec.output_spec, _retarget(spec.key, device.type), spec.declared)
     restored: dict[int, Backend] = {}
 
     def restore(entry: BackendEntry) -> Backend:
@@ -208,7 +221,13 @@ def _plan_graph(
             )
         previous = stored.up_to
         lower.append((stored.up_to, None if stored.backend is None else restore(stored.backend)))
-    return GraphPlan(graph, spec, samples, backend, lower)
+
+    def plan_part_graph(part: str, entry: GraphEntry, part_signature: ForwardSignature, part_module: nn.Module) -> Any:
+        named = ModuleEntry(part, "", None, [])
+        return _plan_graph(root, named, entry, device, part_signature, part_module, depth + 1)
+
+    parts = plan_parts(module.name, graph, inner, depth, plan_part_graph)
+    return GraphPlan(graph, spec, samples, backend, lower, parts)
 
 
 def _restore_backend(root: Path, entry: BackendEntry) -> Backend:
@@ -306,7 +325,7 @@ def native_artifacts(plans: list[ModulePlan]) -> list[str]:
     """
     found = []
     for module in plans:
-        for graph in module.graphs:
+        for graph in (nested for top in module.graphs for nested in top.with_parts()):
             for entry, backend in graph.backends():
                 declared = backend.native_artifacts()
                 for name, ref in entry.artifacts.items():

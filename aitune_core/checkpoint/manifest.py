@@ -105,10 +105,40 @@ class GraphEntry:
     samples_note: str = ""
     lower: list[RangeEntry] = attrs.field(factory=list)
     """The batch ranges below ``backend``'s, ascending, each with the backend measured fastest there."""
+    partition: PartitionEntry | None = None
+    """Set when the graph is served by its module's forward with tuned submodules; ``backend`` is then
+    eager's, which a reader that knows no partitions runs instead."""
 
     def backend_entries(self) -> list[BackendEntry]:
         """Every backend this graph stores, ``backend`` first."""
         return [self.backend, *(r.backend for r in self.lower if r.backend is not None)]
+
+    def with_partitions(self) -> list[GraphEntry]:
+        """This graph and every graph of its partition's submodules, at any depth."""
+        found = [self]
+        if self.partition is not None:
+            for part in self.partition.parts:
+                for graph in part.graphs:
+                    found.extend(graph.with_partitions())
+        return found
+
+
+@attrs.define
+class PartEntry:
+    """A submodule of a partitioned graph's module; with no graphs, it runs eagerly (``reason`` says why)."""
+
+    path: str
+    """Dotted, below the partitioned module (``block1``, ``layers.0``)."""
+    parameters: int
+    share: float | None
+    """Its share of the wrapped module's eager time when tuned (0..1), for the tree."""
+    reason: str = ""
+    graphs: list[GraphEntry] = attrs.field(factory=list)
+
+
+@attrs.define
+class PartitionEntry:
+    parts: list[PartEntry]
 
 
 @attrs.define
@@ -133,7 +163,7 @@ class Manifest:
         for module in self.modules:
             if module.weights is not None:
                 refs.append(module.weights)
-            for graph in module.graphs:
+            for graph in (g for top in module.graphs for g in top.with_partitions()):
                 for backend in graph.backend_entries():
                     refs.extend(backend.artifacts.values())
                 if graph.samples is not None:

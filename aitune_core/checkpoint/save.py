@@ -35,6 +35,8 @@ from aitune_core.checkpoint.manifest import (
     GraphEntry,
     Manifest,
     ModuleEntry,
+    PartEntry,
+    PartitionEntry,
     PluginRef,
     RangeEntry,
     write_manifest,
@@ -45,6 +47,7 @@ from aitune_core.graphs.sample_data import encode_samples
 from aitune_core.graphs.spec_data import GraphSpecData
 from aitune_core.log import get_logger
 from aitune_core.module.wrapper import Module, ModuleState
+from aitune_core.partition.backend import PartitionBackend
 
 
 def tuned_modules(model: nn.Module) -> list[tuple[str, Module]]:
@@ -129,7 +132,10 @@ def _graph_entry(
     A backend serving a lower batch range gets its own folder (``ranges/<n>``). Any
     error names the module, the graph and the backend.
     """
-    main = _backend_entry(root, folder, route.backend, distributions, module_name, record.spec.name)
+    partition = route.backend if isinstance(route.backend, PartitionBackend) else None
+    # A partition is stored as data beside eager's entry, which is what serves the graph without it.
+    stored = partition.fallback if partition is not None else route.backend
+    main = _backend_entry(root, folder, stored, distributions, module_name, record.spec.name)
     written = {id(route.backend): main}
     lower = []
     for index, (up_to, backend) in enumerate(route.lower):
@@ -137,7 +143,10 @@ def _graph_entry(
             where = f"{folder}/ranges/{index}"
             written[id(backend)] = _backend_entry(root, where, backend, distributions, module_name, record.spec.name)
         lower.append(RangeEntry(up_to, None if backend is None else written[id(backend)]))
-    entry = GraphEntry(spec=GraphSpecData.of(record.spec), backend=main, lower=lower)
+    # The route's spec: the graph as tuned, widened to declared ranges and to the batch search's find.
+    entry = GraphEntry(spec=GraphSpecData.of(route.graph), backend=main, lower=lower)
+    if partition is not None:
+        entry.partition = _partition_entry(root, folder, partition, distributions, module_name)
     with about(module_name, record.spec.name):
         encoded = encode_samples(record.samples)
         if isinstance(encoded, str):
@@ -148,6 +157,27 @@ def _graph_entry(
             entry.samples = add_file(root, f"{folder}/samples.pt")
             entry.sample_trees = trees
         return entry
+
+
+def _partition_entry(
+    root: Path, folder: str, partition: PartitionBackend, distributions: dict[str, str], module_name: str
+) -> PartitionEntry:
+    """Each submodule of a partition, with its tuned graphs written under ``folder/parts/<n>/``."""
+    parts = []
+    for index, part in enumerate(partition.parts):
+        graphs = [
+            _graph_entry(
+                root,
+                f"{folder}/parts/{index}/graphs/{graph.record.spec.name}",
+                graph.record,
+                graph.route,
+                distributions,
+                f"{module_name}.{part.path}",
+            )
+            for graph in part.graphs
+        ]
+        parts.append(PartEntry(part.path, part.parameters, part.share, part.reason, graphs))
+    return PartitionEntry(parts)
 
 
 def _backend_entry(

@@ -7,6 +7,7 @@ from typing import Any
 
 import attrs
 
+from aitune_core.graphs.declared_dims import DeclaredRange
 from aitune_core.metadata.sample_metadata import SampleMetadata, ShapeChoice
 
 
@@ -21,6 +22,8 @@ class GraphSpec:
     input_spec: SampleMetadata
     output_spec: SampleMetadata
     key: tuple[Hashable, ...] = attrs.field(repr=False, default=())
+    declared: list[DeclaredRange] = attrs.field(repr=False, factory=list)
+    """The ranges the user declared (``dynamic_shapes``), already applied to ``input_spec``."""
 
     def shapes(self, which: ShapeChoice) -> dict[str, list[int]]:
         """The min, opt or max shape of every input tensor, keyed by access path."""
@@ -32,6 +35,11 @@ class GraphSpec:
                 "max": spec.max_shape,
             }[which]
         return result
+
+    @property
+    def declares_batch(self) -> bool:
+        """Whether the user declared the batch range, which then bounds it (no search beyond)."""
+        return any(declared.name == "batch" for declared in self.declared)
 
     @property
     def batch_range(self) -> tuple[int, int] | None:

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import torch
 
+from aitune_core.graphs.declared_dims import DeclaredRange
 from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_core.metadata.locator import Locator
 from aitune_core.metadata.sample_metadata import SampleMetadata
@@ -43,6 +44,7 @@ class TensorData:
     max_shape: list[int]
     dtype: str
     axis_refs: list[list[int] | None]
+    opt: list[int | None] | None = None
 
 
 @attrs.define
@@ -68,6 +70,7 @@ class MetadataData:
                     list(spec.max_shape),
                     str(spec.dtype),
                     [list(ref) if ref is not None else None for ref in spec.axis_refs],
+                    None if spec.opt_sizes is None else list(spec.opt_sizes),
                 )
                 for loc, spec in metadata.tensor_data
             ],
@@ -85,6 +88,7 @@ class MetadataData:
                     list(t.max_shape),
                     dtype_from_str(t.dtype),
                     [(ref[0], ref[1]) if ref is not None else None for ref in t.axis_refs],
+                    _checked_opt(t),
                 ),
             )
             for t in self.tensors
@@ -99,15 +103,36 @@ class GraphSpecData:
     key: Any
     input_spec: MetadataData
     output_spec: MetadataData
+    declared: list[DeclaredRange] = attrs.field(factory=list)
 
     @classmethod
     def of(cls, graph: GraphSpec) -> GraphSpecData:
         return cls(
-            graph.name, encode_key(graph.key), MetadataData.of(graph.input_spec), MetadataData.of(graph.output_spec)
+            graph.name,
+            encode_key(graph.key),
+            MetadataData.of(graph.input_spec),
+            MetadataData.of(graph.output_spec),
+            list(graph.declared),
         )
 
     def graph_spec(self) -> GraphSpec:
-        return GraphSpec(self.name, self.input_spec.metadata(), self.output_spec.metadata(), decode_key(self.key))
+        return GraphSpec(
+            self.name,
+            self.input_spec.metadata(),
+            self.output_spec.metadata(),
+            decode_key(self.key),
+            list(self.declared),
+        )
+
+
+def _checked_opt(tensor: TensorData) -> list[int | None] | None:
+    """The declared opt sizes, which must lie within the stored range (TensorRT profiles take them)."""
+    if tensor.opt is None:
+        return None
+    ranges = zip(tensor.opt, tensor.min_shape, tensor.max_shape, strict=False)
+    if len(tensor.opt) != len(tensor.min_shape) or any(o is not None and not lo <= o <= hi for o, lo, hi in ranges):
+        raise ValueError(f"opt sizes {tensor.opt} do not fit the range {tensor.min_shape}..{tensor.max_shape}")
+    return list(tensor.opt)
 
 
 def encode_key(value: Hashable) -> Any:

@@ -31,6 +31,8 @@ class TensorSpec:
     max_shape: list[int]
     dtype: torch.dtype
     axis_refs: list[AxisRef] = attrs.field(repr=False)
+    opt_sizes: list[int | None] | None = attrs.field(default=None, repr=False)
+    """Declared sizes to optimise for, per axis (None: worked out from the range)."""
 
     @classmethod
     def from_tensor(cls, tensor: torch.Tensor, batch_size: int | None = None) -> TensorSpec:
@@ -67,10 +69,14 @@ class TensorSpec:
 
     @property
     def opt_shape(self) -> list[int]:
-        """The shape backends optimise for: largest batch, middle of each dynamic range."""
+        """The shape backends optimise for: as declared, else the largest batch and the middle of each range."""
         opt = []
         for axis, (low, high) in enumerate(zip(self.min_shape, self.max_shape, strict=True)):
-            opt.append(high if low == high or self._is_batch_axis(axis) else (low + high) // 2)
+            declared = self.opt_sizes[axis] if self.opt_sizes is not None else None
+            if declared is not None:
+                opt.append(declared)
+            else:
+                opt.append(high if low == high or self._is_batch_axis(axis) else (low + high) // 2)
         return opt
 
     def has_batch_axis(self) -> bool:
@@ -124,7 +130,8 @@ class TensorSpec:
                 self.axis_refs[axis] = None
 
     def copy(self) -> TensorSpec:
-        return TensorSpec(list(self.min_shape), list(self.max_shape), self.dtype, list(self.axis_refs))
+        opt = None if self.opt_sizes is None else list(self.opt_sizes)
+        return TensorSpec(list(self.min_shape), list(self.max_shape), self.dtype, list(self.axis_refs), opt)
 
     def __eq__(self, other: object) -> bool:
         return (

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from aitune_core.config import config
+from aitune_core.graphs.declared_dims import DynamicShapes
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.log import get_logger
@@ -95,7 +96,7 @@ _GLOBAL_FORWARD_PRE_HOOKS = torch.nn.modules.module._global_forward_pre_hooks
 _GLOBAL_BACKWARD_HOOKS = torch.nn.modules.module._global_backward_hooks
 _GLOBAL_BACKWARD_PRE_HOOKS = torch.nn.modules.module._global_backward_pre_hooks
 
-_OWN_ATTRIBUTES = frozenset({"training", "name", "strategy"})
+_OWN_ATTRIBUTES = frozenset({"training", "name", "strategy", "dynamic_shapes"})
 
 _grad_enabled = torch.is_grad_enabled
 
@@ -117,15 +118,24 @@ def _alarm_all() -> None:
 
 
 class Module(nn.Module):
-    """Wrap ``module`` under a unique ``name``; ``strategy`` overrides the one ``tune`` uses."""
+    """Wrap ``module`` under a unique ``name``; ``strategy`` overrides the one ``tune`` uses.
 
-    def __init__(self, module: nn.Module, name: str, strategy: Any = None) -> None:
+    dynamic_shapes: the ranges calls will span, beyond what the tuning data shows:
+        ``{path: {axis: DynamicDim | BatchDim}}`` keyed by forward-parameter path (see
+        :mod:`aitune_core.graphs.declared_dims`). Backends are built, validated and
+        routed for the declared ranges.
+    """
+
+    def __init__(
+        self, module: nn.Module, name: str, strategy: Any = None, dynamic_shapes: dict[Any, Any] | None = None
+    ) -> None:
         if not isinstance(module, nn.Module):
             raise TypeError(f"aitune_core.Module wraps a torch.nn.Module, got {type(module).__name__}")
         if isinstance(module, Module):
             raise TypeError(f"{module.name!r} is already an aitune module; wrap the original once")
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"name must be a non-empty string, got {name!r}")
+        declared = DynamicShapes.parse(dynamic_shapes)
         super().__init__()
         own = self.__dict__
         # Share the wrapped module's dicts: state_dict keys and .to() behave as before wrapping.
@@ -136,6 +146,7 @@ class Module(nn.Module):
         own["training"] = module.training
         own["name"] = name
         own["strategy"] = strategy
+        own["dynamic_shapes"] = declared
         own["_inner"] = module
         own["_state"] = ModuleState.RECORDING
         own["_signature"] = ForwardSignature(module.forward)

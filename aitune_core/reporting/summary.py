@@ -16,6 +16,7 @@ import attrs
 from aitune_core.metadata.tables import render_table
 from aitune_core.profiling.measurement import Measurement
 from aitune_core.profiling.stats import Speedup
+from aitune_core.reporting.partition_tree import PartitionNode, render_partition
 from aitune_core.strategies.candidates import CandidateResult, describe_range
 
 SUMMARY_HEADERS = [
@@ -45,6 +46,8 @@ class GraphReport:
     """Eager's measurements from the same comparisons as the candidates', one per batch size."""
     eager_serves: list[tuple[int | None, int | None]] = attrs.field(factory=list)
     """Batch ranges the original module serves next to the selected backends (no candidate beat it there)."""
+    partition: list[PartitionNode] | None = None
+    """The submodules serving the graph when it is partitioned (``tune(..., partition=True)``)."""
 
     @property
     def shown_batch(self) -> int | None:
@@ -80,6 +83,8 @@ class TuneReport:
     timings: dict[str, float] = attrs.field(factory=dict)
     dry_run: bool = False
     plan: list[str] = attrs.field(factory=list)
+    partition: bool = False
+    """Whether graphs that no compiled candidate took were partitioned (``tune(..., partition=True)``)."""
 
     def selected(self, module: str, graph: str = "0") -> str | None:
         for report in self.graphs:
@@ -135,6 +140,11 @@ class TuneReport:
                 text += (
                     f"\nThroughput by batch size (samples/s; speedup vs eager [90% CI]; * serves that size), "
                     f"module `{report.module}` graph {report.graph}:\n{sweep}"
+                )
+        for report in self.graphs:
+            if report.partition:
+                text += "\n" + render_partition(
+                    f"module `{report.module}` graph {report.graph}: partitioned", report.partition
                 )
         if self.timings:
             parts = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in self.timings.items())

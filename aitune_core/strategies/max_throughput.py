@@ -4,7 +4,8 @@ The user's batch sizes are where the candidates are compared (see
 :meth:`TuneStrategy.route_by_batch`). A bounded search on the original module (see
 ``profiling.sweep.search_max_batch``) may add one more size: when it finds a batch
 larger than any recorded one, the graph's batch range is widened to it, so backends
-are built, validated and routed for it too.
+are built, validated and routed for it too. A declared batch range (``BatchDim``) is
+the user's word on what is served: no search goes past it.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class MaxThroughputStrategy(TuneStrategy):
     def _pre_tune(self, session: GraphSession) -> None:
         batch = session.batch_range()
         self.max_batch_size = batch[1] if batch else None
-        if batch is None or not self.profile_config.max_batch_search:
+        if batch is None or not self.profile_config.max_batch_search or session.graph.declares_batch:
             return
         best, measurements = search_max_batch(
             session.module,

@@ -121,3 +121,35 @@ class KeywordsAndDynamicAxisCalls:
 
     def make_inputs(self, batch_size: int) -> dict[str, torch.Tensor]:
         return {"tokens": torch.randn(batch_size, 3 + batch_size, 6), "scale": torch.rand(batch_size, 1, 1)}
+
+
+class TinyEncoder(torch.nn.Module):
+    """A BERT-style encoder: token and position embeddings, one masked self-attention block.
+
+    Positions go up to ``max_positions``, so sequence lengths far beyond the recorded
+    ones are valid calls: what a declared range (``DynamicDim``) is for.
+    """
+
+    def __init__(self, vocab: int = 100, width: int = 16, max_positions: int = 1024) -> None:
+        super().__init__()
+        self.tokens = torch.nn.Embedding(vocab, width)
+        self.positions = torch.nn.Embedding(max_positions, width)
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.out = torch.nn.Linear(width, width)
+        self.norm = torch.nn.LayerNorm(width)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        hidden = self.tokens(input_ids) + self.positions(positions)
+        query, key, value = self.qkv(hidden).chunk(3, dim=-1)
+        scores = query @ key.transpose(1, 2) / key.shape[-1] ** 0.5
+        scores = scores.masked_fill(attention_mask[:, None, :] == 0, -1e4)
+        return self.norm(hidden + self.out(scores.softmax(-1) @ value))
+
+
+def encoder_call(batch: int, length: int) -> Call:
+    """Token ids and a mask whose last quarter is padding."""
+    ids = torch.randint(0, 100, (batch, length))
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[:, length - length // 4 :] = 0
+    return (), {"input_ids": ids, "attention_mask": mask}

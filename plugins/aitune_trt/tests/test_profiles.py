@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+import aitune_core as ait
 from aitune_core.backends.base import BuildContext
 from aitune_trt import OutOfProfileError, ProfileError, ProfileInput, ShapeRange, TensorRTProfile
 from aitune_trt.profiles import (
@@ -33,6 +34,23 @@ def test_graph_profile_is_the_recorded_min_opt_max(tagger_context: BuildContext)
         ProfileInput("mask", "mask", (2, 3), (8, 6), (8, 9)),
     )
     assert profile.describe() == "graph: tokens=[2, 3, 8]..[8, 6, 8]..[8, 9, 8], mask=[2, 3]..[8, 6]..[8, 9]"
+
+
+def test_graph_profile_takes_a_declared_range(tagger_context: BuildContext) -> None:
+    """Declared dims widen the profile beyond the recorded sizes, with the declared opt."""
+    from aitune_core.graphs.declared_dims import DynamicShapes
+    from aitune_core.graphs.declared_graph import declared_graph
+
+    shapes = DynamicShapes.parse(
+        {"tokens": {0: ait.BatchDim(max=32, opt=16), 1: ait.DynamicDim("seq", min=1, max=512, opt=128)}}
+    )
+    assert shapes is not None
+    graph = declared_graph(tagger_context.graph_spec, shapes, [])
+    profile = graph_profile(graph)
+    assert profile.inputs == (
+        ProfileInput("tokens", "tokens", (1, 1, 8), (16, 128, 8), (32, 512, 8)),
+        ProfileInput("mask", "mask", (1, 1), (16, 128), (32, 512)),
+    )
 
 
 def test_names_are_the_onnx_names_of_nested_access_paths(nested_context: BuildContext) -> None:
