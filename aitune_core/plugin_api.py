@@ -76,10 +76,9 @@ _EXPORTS: dict[str, str] = {
     "with_descendants": "aitune_core.executors.isolated.memory",
     "CandidateResult": "aitune_core.strategies.candidates",
     "GraphSession": "aitune_core.strategies.candidates",
-    "DataDependence": "aitune_core.partition.data_dependent",
-    "DataDependentOutputError": "aitune_core.partition.data_dependent",
-    "decline_data_dependent": "aitune_core.partition.data_dependent",
-    "find_data_dependence": "aitune_core.partition.data_dependent",
+    "DataDependence": "aitune_core.validation.data_dependent",
+    "data_dependent_reason": "aitune_core.validation.data_dependent",
+    "find_data_dependence": "aitune_core.validation.data_dependent",
 }
 
 __all__ = [
@@ -105,7 +104,6 @@ __all__ = [
     "ChoiceRule",
     "ContainerRegistrar",
     "DataDependence",
-    "DataDependentOutputError",
     "Executor",
     "ExecutorError",
     "ForwardSignature",
@@ -127,7 +125,7 @@ __all__ = [
     "cast_outputs",
     "compare_outputs",
     "config",
-    "decline_data_dependent",
+    "data_dependent_reason",
     "default_limit_mb",
     "dtype_from_str",
     "export_dims",
@@ -182,15 +180,10 @@ if TYPE_CHECKING:
     from aitune_core.metadata.locator import Locator, map_leaves, walk_inputs, walk_outputs
     from aitune_core.metadata.resize import resize
     from aitune_core.metadata.tensor_spec import TensorSpec
-    from aitune_core.partition.data_dependent import (
-        DataDependence,
-        DataDependentOutputError,
-        decline_data_dependent,
-        find_data_dependence,
-    )
     from aitune_core.plugins.api import BASELINE_PRIORITY, DEFAULT_PRIORITY, PLUGIN_API_VERSION, hookimpl
     from aitune_core.plugins.records import Candidate, ContainerRegistrar
     from aitune_core.serialization import dtype_from_str, stable_hash
     from aitune_core.strategies.candidates import CandidateResult, GraphSession
     from aitune_core.validation.compare import compare_outputs
+    from aitune_core.validation.data_dependent import DataDependence, data_dependent_reason, find_data_dependence
     from aitune_core.validation.inputs import as_call, to_device

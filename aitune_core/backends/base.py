@@ -227,6 +227,16 @@ class Backend(abc.ABC):
         slots().run_step(step, self, action)
         self._state = target
 
+    def declines(self, context: BuildContext) -> str | None:
+        """Why this backend will not take the graph of ``context``, when it can tell before building; else None.
+
+        A graph it cannot compile (a forward that decides in Python on its data, for an
+        exporter) is then skipped with the reason, at the cost of a check rather than
+        of a failed export or compile; with ``tune(..., partition=True)`` its
+        submodules are tried instead.
+        """
+        return None
+
     def build(self: B, context: BuildContext) -> B:
         """Build for one graph. Allowed once, from INIT; leaves the backend ACTIVE."""
         next_state(self.describe(), "build", self._state)

@@ -32,13 +32,9 @@ from aitune_core.module.recorder import GraphRecord
 from aitune_core.module.router import Route
 from aitune_core.partition.backend import ChildGraph, Part, PartitionBackend, is_plain_eager
 from aitune_core.partition.children import Child, replay_children
-from aitune_core.partition.data_dependent import DataDependentOutputError
 from aitune_core.reporting.summary import GraphReport, TuneReport
 from aitune_core.strategies.base import TuneStrategy
-from aitune_core.strategies.candidates import CandidateResult, release
-
-DECLINED = f"{DataDependentOutputError.__name__}: "
-"""How a declined candidate's reason starts (``failure_reason`` puts the exception's type first)."""
+from aitune_core.strategies.candidates import DECLINED_STAGE, CandidateResult, release
 
 
 @attrs.frozen
@@ -68,8 +64,8 @@ def compiled_candidate_passed(candidates: list[CandidateResult]) -> bool:
 def eager_reason(report: GraphReport) -> str:
     """Why a child graph stays eager, in a few words: a decline first, else the first failure."""
     for candidate in report.candidates:
-        if candidate.reason.startswith(DECLINED):
-            return "declined: " + candidate.reason.removeprefix(DECLINED)
+        if candidate.stage == DECLINED_STAGE:
+            return "declined: " + candidate.reason
     for candidate in report.candidates:
         if candidate.status in ("failed", "rejected"):
             return f"{candidate.backend} {candidate.status}: {candidate.reason}"

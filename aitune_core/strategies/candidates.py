@@ -180,6 +180,10 @@ def build_candidate(session: GraphSession, blueprint: Backend, result: Candidate
     """Build a fresh copy of ``blueprint``; the blueprint itself is never built."""
     backend = blueprint.blueprint()
     context = session.context(backend)
+    with session.guard.step("build"):  # a check may run the module (on fake tensors)
+        declined = backend.declines(context)
+    if declined is not None:
+        raise CandidateDeclinedError(declined)
     context.cache_dir.mkdir(parents=True, exist_ok=True)
     session.log.info("build started", backend=result.backend)
     start = time.perf_counter()
@@ -265,6 +269,11 @@ def run_candidate(
         stage = "serialize"
         seal_passed(backend)  # what save may write: checked and hashed as it passed
         result.status = "passed"
+    except CandidateDeclinedError as declined:
+        result.status, result.stage, result.reason = "skipped", DECLINED_STAGE, str(declined)
+        log.info("declined", reason=result.reason)
+        if raise_errors:
+            raise
     except _ValidationFailed as failure:
         result.status, result.stage, result.reason = "rejected", stage, str(failure)
         log.warning("validation failed", reason=result.reason)
@@ -295,6 +304,14 @@ def failure_reason(error: BaseException) -> str:
 
 class _ValidationFailed(Exception):
     pass
+
+
+class CandidateDeclinedError(RuntimeError):
+    """The backend said, before building, that it will not take this graph (``Backend.declines``)."""
+
+
+DECLINED_STAGE = "declined"
+"""The stage of a candidate that declined the graph before building."""
 
 
 def release(backend: Backend | None, guard: ModuleGuard | None = None) -> ModuleChangedError | None:

@@ -18,7 +18,7 @@ from torch import nn
 
 from aitune_core import hookimpl
 from aitune_core.backends import Backend, BackendConfig, BuildContext
-from aitune_core.partition.data_dependent import decline_data_dependent
+from aitune_core.validation.data_dependent import data_dependent_reason
 
 AITUNE_PLUGIN_API = 1
 
@@ -43,8 +43,10 @@ class TracedBackend(Backend):
     def is_jit(self) -> bool:
         return True
 
+    def declines(self, context: BuildContext) -> str | None:
+        return data_dependent_reason(context, symbolic_sizes=self.config.symbolic_sizes)  # type: ignore[attr-defined]
+
     def _build(self, context: BuildContext) -> None:
-        decline_data_dependent(context, symbolic_sizes=self.config.symbolic_sizes)  # type: ignore[attr-defined]
         self._activate()
 
     def _activate(self) -> None:

@@ -9,7 +9,7 @@ from torch import nn
 
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import Sample
-from aitune_core.partition.data_dependent import DataDependence, find_data_dependence
+from aitune_core.validation.data_dependent import DataDependence, find_data_dependence
 
 CPU = torch.device("cpu")
 

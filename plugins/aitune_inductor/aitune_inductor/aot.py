@@ -23,7 +23,7 @@ from typing import Any, cast
 import attrs
 import torch
 
-from aitune_core.plugin_api import Availability, Backend, BackendConfig, BuildContext, decline_data_dependent
+from aitune_core.plugin_api import Availability, Backend, BackendConfig, BuildContext, data_dependent_reason
 from aitune_inductor.availability import inductor_availability
 from aitune_inductor.call_layout import CallLayout
 from aitune_inductor.calls import build_calls
@@ -93,11 +93,13 @@ class TorchInductorAotBackend(Backend):
         return inductor_availability(torch.device(device), needs_cpp_on_cuda=True)
 
     # ------------------------------------------------------------------ building
+    def declines(self, context: BuildContext) -> str | None:
+        """torch.export carries data-dependent sizes, not Python decisions on the data: such graphs are declined."""
+        return data_dependent_reason(context, symbolic_sizes=True)
+
     def _build(self, context: BuildContext) -> None:
         import torch._inductor
 
-        # torch.export carries data-dependent sizes, not Python decisions on the data: decline those first.
-        decline_data_dependent(context, symbolic_sizes=True)
         config = cast(TorchInductorAotBackendConfig, self.config)
         calls = build_calls(context)
         started = time.perf_counter()

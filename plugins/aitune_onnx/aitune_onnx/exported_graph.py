@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import attrs
 import torch
 
-from aitune_core.plugin_api import Backend, BackendConfig, BuildContext, ForwardSignature, decline_data_dependent
+from aitune_core.plugin_api import Backend, BackendConfig, BuildContext, ForwardSignature, data_dependent_reason
 from aitune_onnx.export import EXPORTERS, EXTERNAL_DATA, ExportConfig, ExportedModel
 from aitune_onnx.export_cache import export_into
 from aitune_onnx.layout import IOLayout, LayoutNotSerializable, layout_from_context
@@ -90,6 +90,14 @@ class ExportedGraphBackend(Backend):
         return self._layout
 
     # ------------------------------------------------------------------ building
+    def declines(self, context: BuildContext) -> str | None:
+        """A forward that decides in Python on a value read from its data cannot be exported.
+
+        The exporter would fail, or bake one branch in; such a graph is declined before
+        exporting, naming the op. Data-dependent sizes export fine.
+        """
+        return data_dependent_reason(context, symbolic_sizes=True)
+
     def _check_available(self, device: torch.device) -> None:
         """Refuse a build that cannot run here before an export is spent on it."""
         availability = self.availability(device)
@@ -104,12 +112,7 @@ class ExportedGraphBackend(Backend):
         ``module``: what to export in place of the context's module (a wrapper around
         it), with ``variant`` saying how it differs, so that its exports are shared
         only with candidates that export the same wrapper.
-
-        A forward that decides in Python on a value read from its data cannot be
-        exported (the exporter would fail, or bake one branch in); such a graph is
-        declined before exporting, naming the op. Data-dependent sizes export fine.
         """
-        decline_data_dependent(context, symbolic_sizes=True)
         return export_into(
             context.cache_dir,
             context.module if module is None else module,

@@ -52,7 +52,8 @@ def test_the_data_dependent_block_stays_eager_and_its_neighbours_run_on_onnx() -
     data = [torch.randn(8) for _ in range(4)]
     report = ait.tune(wrapped, data, batch_sizes=[1, 4], strategy=strategy, partition=True)
     whole = report.graphs[0].candidates[0]
-    assert whole.status == "failed" and "data-dependent control flow" in whole.reason, whole
+    assert whole.status == "skipped" and whole.stage == "declined", whole
+    assert whole.reason.startswith("data-dependent control flow"), whole
     (route,) = wrapped.routes.values()
     tree = {node.path: node.serves for node in route.backend.tree()}
     assert tree["block1"] == tree["block3"] == "ONNXRuntimeBackend()", tree

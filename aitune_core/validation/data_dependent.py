@@ -6,8 +6,9 @@ data decides, and ``.item()`` or ``int(tensor)`` followed by an ``if`` makes the
 control flow itself depend on the data. Finding out by building costs a full export
 or compile; running the forward once on fake tensors (shapes and dtypes, no data)
 costs about one eager call, and says which op is at fault. A backend asks before it
-builds and declines the graph with that reason (:func:`decline_data_dependent`);
-partitioning then leaves that submodule eager and compiles its neighbours.
+builds and declines the graph with that reason (``Backend.declines`` returning
+:func:`data_dependent_reason`); partitioning then leaves that submodule eager and
+compiles its neighbours.
 
 Two checks, each a fake run of one stored sample:
 
@@ -35,18 +36,6 @@ from aitune_core.log import get_logger
 from aitune_core.metadata.copies import owned_copy
 
 Kind = Literal["output shape", "value", "control flow"]
-
-
-class DataDependentOutputError(RuntimeError):
-    """A backend declines a graph whose forward depends on its data in a way it cannot compile.
-
-    Raised by :func:`decline_data_dependent` before anything is built; the candidate's
-    row shows the message ("data-dependent output shape: aten.nonzero").
-    """
-
-    def __init__(self, found: DataDependence) -> None:
-        super().__init__(found.reason)
-        self.found = found
 
 
 @attrs.frozen
@@ -91,20 +80,21 @@ def find_data_dependence(
     return DataDependence("control flow", first.op) if decided is not None else None
 
 
-def decline_data_dependent(context: Any, symbolic_sizes: bool = False) -> None:
-    """Raise :class:`DataDependentOutputError` when the graph of ``context`` (a BuildContext) depends on its data.
+def data_dependent_reason(context: Any, symbolic_sizes: bool = False) -> str | None:
+    """Why the graph of ``context`` (a BuildContext) cannot be compiled because it depends on its data, or None.
 
-    Call it first thing in ``_build``: the candidate then fails at once with the reason,
-    before any export or compile. Graphs without stored samples cannot be checked and pass.
+    For ``Backend.declines``: the candidate is then skipped with this reason before any
+    export or compile. Graphs without stored samples cannot be checked and pass.
     """
     if not context.samples:
-        return
+        return None
     found = find_data_dependence(context.module, context.signature, context.samples[0], context.device, symbolic_sizes)
-    if found is not None:
-        get_logger(module=context.module_name, graph=context.graph_spec.name).info(
-            "backend declines the graph", reason=found.reason, hint=found.hint
-        )
-        raise DataDependentOutputError(found)
+    if found is None:
+        return None
+    get_logger(module=context.module_name, graph=context.graph_spec.name).info(
+        "backend declines the graph", reason=found.reason, hint=found.hint
+    )
+    return found.reason
 
 
 def _fake_run(
