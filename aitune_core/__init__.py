@@ -82,7 +82,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 # Subpackages that are also public names: ``aitune_core.plugins()`` lists plugins.
-_SUBPACKAGES = frozenset({"plugins"})
+_SUBPACKAGES = frozenset({"jit", "plugins"})
 
 __all__ = [
     "BATCH_SIZE_KEY",
@@ -126,6 +126,7 @@ __all__ = [
     "global_context",
     "hookimpl",
     "inspect",
+    "jit",
     "load",
     "plugins",
     "register_container",

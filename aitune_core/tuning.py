@@ -326,13 +326,16 @@ def _tune_graphs(
         report.graphs.append(graph_report)
         selected = graph_report.selected
         lower = strategy.lower  # read before a partition's children reuse the strategy
-        if report.partition and selected is not None and selected.status == "fallback":
-            from aitune_core.partition.descent import partition_fallback
+        if report.partition:
+            from aitune_core.partition.descent import partition_fallback, serves_eagerly
 
-            backend = partition_fallback(
-                module, record, backend, graph_report, strategy, device, executor, guard, report
-            )
-            selected = graph_report.selected
+            if serves_eagerly(backend, lower):
+                partitioned = partition_fallback(
+                    module, record, backend, graph_report, strategy, device, executor, guard, report
+                )
+                if partitioned is not backend:  # the partition serves every batch; its parts route their own
+                    backend, lower = partitioned, []
+                selected = graph_report.selected
         if selected is not None and selected.status == "fallback" and config.on_all_candidates_failed == "raise":
             raise TuningError(
                 f"module `{module.name}`, graph {graph.name}: no candidate qualified ({selected.reason}); "

@@ -27,6 +27,7 @@ SUITES: dict[str, str] = {
     "warm_cache": "bench.warm_cache",
     "decode": "bench.decode",
     "dynamic": "bench.dynamic",
+    "jit": "bench.jit",
     "wrap": "bench.wrap",
 }
 

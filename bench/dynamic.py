@@ -6,10 +6,16 @@ twice, once as recorded and once declared 1 to 512. A call at length 300, batch 
 then timed on eager, on the module tuned as recorded (outside its range: it falls
 back to eager) and on the module tuned with the declaration (served compiled).
 
-Partitioned: see :func:`partition_results`.
+Partitioned: ``aitune_core.testing.models.ThreeBlocks`` (width 512, two Linear+GELU
+layers per outer block, a middle block that decides on ``.item()``) is tuned on ONNX
+Runtime twice: as it is, where the export of the whole model is declined and the
+module stays eager (the all-eager fallback), and with ``partition=True``, where the
+outer blocks run on ONNX Runtime and the middle one eagerly. Timed at batch 8 against
+eager.
 
 Variants alternate round by round; reported are medians with p10 .. p90 and the
-ratio of the medians. ``python -m bench dynamic`` runs it (needs aitune-inductor).
+ratio of the medians. ``python -m bench dynamic`` runs it (needs aitune-inductor and
+aitune-onnx; each part is skipped, saying so, without its plugin).
 """
 
 from __future__ import annotations
@@ -74,9 +80,56 @@ def declared_results(options: Options) -> list[Result]:
     ]
 
 
+def _tuned_blocks(model: torch.nn.Module, partition: bool) -> Any:
+    from aitune_onnx import ONNXRuntimeBackend
+
+    import aitune_core as ait
+
+    wrapped = ait.Module(model, f"bench-blocks-{next(_names)}")
+    strategy = ait.MaxThroughputStrategy([ONNXRuntimeBackend(), ait.TorchEagerBackend()], profile=_profile())
+    ait.tune(wrapped, [torch.randn(512) for _ in range(16)], batch_sizes=[1, 8], strategy=strategy, partition=partition)
+    return wrapped
+
+
+def partition_results(options: Options) -> list[Result]:
+    from aitune_core.testing.models import ThreeBlocks
+
+    model = ThreeBlocks(width=512).eval()
+    fallback = _tuned_blocks(model, partition=False)
+    partitioned = _tuned_blocks(model, partition=True)
+    x = torch.randn(8, 512)
+    with torch.no_grad():
+        torch.testing.assert_close(partitioned(x), model(x), rtol=1e-4, atol=1e-4)
+        variants = {
+            "eager": _timed(lambda: model(x)),
+            "tuned, all-eager fallback": _timed(lambda: fallback(x)),
+            "tuned, partition=True": _timed(lambda: partitioned(x)),
+        }
+        times = alternate(variants, rounds=options.rounds(15, 3))
+    eager = median(times["eager"])
+    fallen = median(times["tuned, all-eager fallback"])
+    name = "three blocks, middle decides on .item(), batch 8"
+    return [
+        Result(
+            name,
+            variant,
+            Stats.of(values),
+            unit="ms",
+            note=f"{eager / median(values):.2f}x vs eager, {fallen / median(values):.2f}x vs fallback",
+        )
+        for variant, values in times.items()
+    ]
+
+
 def run(options: Options) -> list[Result]:
-    if importlib.util.find_spec("aitune_inductor") is None:
-        print("dynamic: skipped, aitune-inductor is not installed")
-        return []
     torch.set_num_threads(options.threads)
-    return declared_results(options)
+    results = []
+    if importlib.util.find_spec("aitune_inductor") is not None:
+        results += declared_results(options)
+    else:
+        print("dynamic: declared range skipped, aitune-inductor is not installed")
+    if importlib.util.find_spec("aitune_onnx") is not None:
+        results += partition_results(options)
+    else:
+        print("dynamic: partitioning skipped, aitune-onnx is not installed")
+    return results

@@ -14,6 +14,7 @@ since its parts would not be faster either.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,11 @@ class Limits:
     @classmethod
     def from_config(cls) -> Limits:
         return cls(config.partition_max_depth, config.partition_min_params, config.partition_min_time_share)
+
+
+def serves_eagerly(backend: Backend, lower: Sequence[tuple[int, Backend | None]]) -> bool:
+    """Whether a graph's route would run the module eagerly at every batch size (the fallback, or eager winning)."""
+    return is_plain_eager(backend) and all(part is None or is_plain_eager(part) for _, part in lower)
 
 
 def compiled_candidate_passed(candidates: list[CandidateResult]) -> bool:
@@ -161,7 +167,7 @@ class Descent:
             backend, report = self._tune_graph(child.module, child_name, child.signature, record, graph_cache)
             lower = list(self.strategy.lower) if report is not None else []
             selected = report.selected if report is not None else None
-            failed = selected is not None and selected.status == "fallback"
+            failed = selected is not None and serves_eagerly(backend, lower)
             if failed and report is not None and not compiled_candidate_passed(report.candidates):
                 nested = None
                 if depth < limits.max_depth:
@@ -221,6 +227,10 @@ class Descent:
 def mark_partitioned(report: GraphReport, backend: PartitionBackend) -> None:
     """The graph's eager fallback row becomes the partition's: what serves the graph now."""
     fallback = next((c for c in report.candidates if c.status == "fallback"), None)
+    for candidate in report.candidates:
+        if candidate.status == "selected" and is_plain_eager(candidate.instance or candidate.blueprint):
+            candidate.status, candidate.reason = "passed", "eager: the partition serves the graph instead"
+            candidate.serves = []
     row = CandidateResult(
         backend.describe(),
         "selected",

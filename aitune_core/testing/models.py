@@ -153,3 +153,37 @@ def encoder_call(batch: int, length: int) -> Call:
     mask = torch.ones(batch, length, dtype=torch.long)
     mask[:, length - length // 4 :] = 0
     return (), {"input_ids": ids, "attention_mask": mask}
+
+
+class DecidesOnData(torch.nn.Module):
+    """A block that decides in Python on its data (``.item()`` then ``if``): no exporter can take it."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        if y.sum().item() > 0:
+            return torch.relu(y)
+        return -y
+
+
+class ThreeBlocks(torch.nn.Module):
+    """Two plain blocks around one that decides on its data: what ``tune(..., partition=True)`` is for."""
+
+    def __init__(self, width: int = 16, depth: int = 2) -> None:
+        super().__init__()
+
+        def plain() -> torch.nn.Module:
+            layers: list[torch.nn.Module] = []
+            for _ in range(depth):
+                layers += [torch.nn.Linear(width, width), torch.nn.GELU()]
+            return torch.nn.Sequential(*layers)
+
+        self.block1 = plain()
+        self.block2 = DecidesOnData(width)
+        self.block3 = plain()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block3(self.block2(self.block1(x)))

@@ -200,3 +200,18 @@ def test_a_partition_is_released_and_restored_with_its_module(unique_name: Calla
     first.activate()
     assert partition.state.name == "ACTIVE" and all(b.state.name == "ACTIVE" for b in children)
     check_outputs(first)
+
+
+def test_eager_winning_as_a_candidate_still_partitions(unique_name: Callable[[str], str]) -> None:
+    """With eager itself among the candidates, the graph is served eagerly all the same: the partition is tried."""
+    module = ait.Module(ThreeBlocks().eval(), unique_name("net"))
+    strategy = ait.FirstWinsStrategy([TracedBackend(), TorchEagerBackend()], profile=FAST)
+    ait.tune(module, [torch.randn(8) for _ in range(4)], batch_sizes=[1, 2, 4], strategy=strategy, partition=True)
+    (route,) = module.routes.values()
+    assert route.lower == ()
+    assert served(partition_of(module)) == {
+        "block1": "TracedBackend()",
+        "block2": DECLINED,
+        "block3": "TracedBackend()",
+    }
+    check_outputs(module)

@@ -1,0 +1,49 @@
+"""Tuning one wrapped module on the calls it already recorded: ``tune`` without the gathering.
+
+``tune`` gathers by running a function over a dataset; the JIT has no dataset, only
+the live calls its wrappers recorded. Everything after gathering is ``tune``'s own, so
+a JIT result is chosen, validated and reported exactly as a ``tune`` result is.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable
+from typing import Any
+
+import attrs
+
+from aitune_core.backends.tolerances import Tolerances
+from aitune_core.config import config
+from aitune_core.executors.registry import resolve_executor
+from aitune_core.module.router import Route
+from aitune_core.module.wrapper import Module
+from aitune_core.reporting.summary import TuneReport
+from aitune_core.tuning import _device_of, _strategy_for, _tune_module, declared_specs
+
+
+@attrs.frozen
+class Tuned:
+    routes: dict[Hashable, Route]
+    report: TuneReport
+    tolerances: Tolerances | None
+    """What the strategy validated with, on top of each backend's own: the live check uses the same."""
+
+
+def tune_recorded(module: Module, strategy: Any, executor: Any) -> Tuned:
+    """Routes for every graph ``module`` recorded, and the report; the module itself is not routed yet.
+
+    strategy: None chooses as ``tune`` does; executor: None takes ``config.executor``.
+    """
+    started = time.perf_counter()
+    device = _device_of([module])
+    chosen = _strategy_for(module, strategy, device)
+    where, owned = resolve_executor(executor if executor is not None else config.executor)
+    report = TuneReport()
+    try:
+        routes = _tune_module(module, chosen, device, report, where, declared_specs(module))
+    finally:
+        if owned:
+            where.close()
+    report.timings["total"] = time.perf_counter() - started
+    return Tuned(routes, report, getattr(chosen, "tolerances", None))
