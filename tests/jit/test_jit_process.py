@@ -105,6 +105,7 @@ def test_the_startup_line_never_stops_the_interpreter() -> None:
     environ = {**env_with_sources(), "AITUNE_JIT": "1", "PYTHONPATH": ""}
     # aitune_core cannot be found: one line on stderr, and the program runs.
     code = f"import importlib.util as u; u.find_spec = lambda name: None\n{pth}\nprint('still running')"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, timeout=60)
+    # -S: an installed copy of the line (a non-editable install) must not run first and take AITUNE_JIT.
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=environ, timeout=60)
     assert done.returncode == 0 and "still running" in done.stdout
     assert "AITUNE_JIT ignored" in done.stderr
