@@ -22,24 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 import aitune_core as ait
 from aitune_core.demo.models import DemoCNN
 from bench.timing import Options, Result, Stats, alternate, calibrate, paired_differences, per_call, percentile
+from bench.tuning import SmallMLP
 
 DISPATCH_TARGET_US = 5.0
 LATE_TARGET_MS = 5.0
-
-
-class SmallMLP(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.up = nn.Linear(16, 32)
-        self.down = nn.Linear(32, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.relu(self.up(x)))
 
 
 class _Held(ait.TorchEagerBackend):
