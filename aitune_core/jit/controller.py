@@ -171,7 +171,9 @@ class JitRun:
             module.state = JitState.TUNING
         module.counter.remove()
         module.wrapper.start_recording()  # a claim: from here on calls run eagerly, unrecorded
-        module.live = LiveSamples(module.wrapper.module, self.options.live_checks)
+        # On the wrapper, not the module it wraps: the user's module (whose hook dicts the
+        # model object shares) gets no hook of ours, and is sent to a worker as it is.
+        module.live = LiveSamples(module.wrapper, self.options.live_checks)
         module.log.info("jit: tuning in the background", calls_recorded=module.calls)
         self.worker.submit(lambda: self._tune_apart_from_serving(module))
 

@@ -33,7 +33,11 @@ class LiveSample:
 
 
 class LiveSamples:
-    """The first ``keep`` eager calls of ``inner`` from now on, with eager's outputs."""
+    """The first ``keep`` calls of ``inner`` from now on, with their outputs.
+
+    ``inner`` is the wrapper of a module that is being tuned: it runs the module eagerly
+    until the tuning's routes are installed, so what its hooks see are eager's outputs.
+    """
 
     def __init__(self, inner: nn.Module, keep: int) -> None:
         self._keep = keep

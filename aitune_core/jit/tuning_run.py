@@ -16,6 +16,8 @@ import attrs
 from aitune_core.backends.tolerances import Tolerances
 from aitune_core.config import config
 from aitune_core.executors.registry import resolve_executor
+from aitune_core.jit.placement import place
+from aitune_core.log import get_logger
 from aitune_core.module.router import Route
 from aitune_core.module.wrapper import Module
 from aitune_core.reporting.summary import TuneReport
@@ -33,12 +35,16 @@ class Tuned:
 def tune_recorded(module: Module, strategy: Any, executor: Any) -> Tuned:
     """Routes for every graph ``module`` recorded, and the report; the module itself is not routed yet.
 
-    strategy: None chooses as ``tune`` does; executor: None takes ``config.executor``.
+    strategy: None chooses as ``tune`` does; executor: None builds in a child process where
+    that keeps compiles out of this one (:mod:`aitune_core.jit.placement`), else as
+    ``config.executor`` says.
     """
     started = time.perf_counter()
     device = _device_of([module])
-    chosen = _strategy_for(module, strategy, device)
-    where, owned = resolve_executor(executor if executor is not None else config.executor)
+    placement = place(module.module, module.strategy or strategy, executor, device)
+    get_logger(module=module.name).info("jit: building", where=placement.reason)
+    chosen = _strategy_for(module, placement.strategy, device) if module.strategy is None else module.strategy
+    where, owned = resolve_executor(placement.executor if placement.executor is not None else config.executor)
     report = TuneReport()
     try:
         routes = _tune_module(module, chosen, device, report, where, declared_specs(module))

@@ -1,0 +1,101 @@
+"""Where the JIT builds: a child process for its own default candidates, when the module can be sent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+import torch
+from torch import nn
+
+import aitune_core as ait
+from aitune_core.backends.base import Availability, Backend, BackendConfig, BuildContext
+from aitune_core.jit import placement
+from aitune_core.testing.models import TinyMLP
+
+CPU = torch.device("cpu")
+
+
+class Local(nn.Module):
+    """Defined in a test module: importable by name, as a child process needs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = TinyMLP()
+
+
+@attrs.frozen
+class KindConfig(BackendConfig):
+    pass
+
+
+class AotKind(Backend):
+    """Builds artifacts that this process only loads."""
+
+    name = "test_aot_kind"
+    config_class = KindConfig
+
+    @property
+    def is_jit(self) -> bool:
+        return False
+
+    def _build(self, context: BuildContext) -> None:
+        raise AssertionError("never built here")
+
+    def _infer(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("never run here")
+
+
+class JitKind(AotKind):
+    """Compiles where it serves."""
+
+    name = "test_jit_kind"
+
+    @property
+    def is_jit(self) -> bool:
+        return True
+
+
+def defaults(monkeypatch: pytest.MonkeyPatch, *kinds: Backend) -> None:
+    import aitune_core.strategies.defaults as module
+
+    offered: list[Any] = [(kind, Availability.yes()) for kind in kinds]
+    monkeypatch.setattr(
+        module, "default_backends", lambda device: [*offered, (ait.TorchEagerBackend(), Availability.yes())]
+    )
+
+
+def test_default_candidates_that_compile_elsewhere_build_in_a_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    defaults(monkeypatch, AotKind(), JitKind())
+    chosen = placement.place(Local(), None, None, CPU)
+    assert chosen.executor == "subprocess"
+    assert [type(b) for b in chosen.strategy.backends] == [AotKind, ait.TorchEagerBackend]
+    assert chosen.reason == "in a child process: AotKind(), TorchEagerBackend()"
+
+
+def test_only_jit_kind_defaults_stay_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    defaults(monkeypatch, JitKind())
+    chosen = placement.place(Local(), None, None, CPU)
+    assert chosen.executor is None and chosen.strategy is None
+    assert "every default candidate compiles where it serves" in chosen.reason
+
+
+def test_a_class_a_child_cannot_import_stays_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    defaults(monkeypatch, AotKind())
+
+    class InAFunction(nn.Module):
+        pass
+
+    chosen = placement.place(InAFunction(), None, None, CPU)
+    assert chosen.executor is None
+    assert "InAFunction is defined in" in chosen.reason or "cannot be imported" in chosen.reason
+
+
+def test_what_the_user_names_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    defaults(monkeypatch, AotKind())
+    strategy = ait.FirstWinsStrategy([ait.TorchEagerBackend()])
+    assert placement.place(Local(), strategy, None, CPU).executor is None  # named candidates: in-process
+    assert placement.place(Local(), None, "inprocess", CPU).executor == "inprocess"
+    ait.config.executor = "subprocess"
+    assert placement.place(Local(), None, None, CPU).executor is None  # config.executor decides
