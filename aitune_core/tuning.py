@@ -28,18 +28,19 @@ import torch
 from aitune_core.config import config
 from aitune_core.context import BATCH_SIZE_KEY, global_context
 from aitune_core.data import check_batch_sizes, samples_generator
-from aitune_core.executors.base import Executor, ExecutorError
+from aitune_core.executors.base import Executor
 from aitune_core.executors.registry import resolve_executor
 from aitune_core.graphs.declared_graph import DeclarationError, check_declared_paths, declared_graph
 from aitune_core.graphs.graph_spec import GraphSpec
-from aitune_core.guard import ModuleChangedError, ModuleGuard, ModuleRestoreError, TrainingModes, refusing_training
+from aitune_core.guard import ModuleGuard, TrainingModes, refusing_training
 from aitune_core.log import get_logger
 from aitune_core.module.router import Route
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module
 from aitune_core.names import default_device
 from aitune_core.reporting.console import emit_block
-from aitune_core.reporting.summary import GraphReport, TuneReport
+from aitune_core.reporting.summary import TuneReport
 from aitune_core.strategies.base import TuneStrategy
+from aitune_core.strategies.graph_run import run_graph
 from aitune_core.strategies.max_throughput import MaxThroughputStrategy
 
 
@@ -291,37 +292,20 @@ def _tune_graphs(
             f"Graph {graph.name} of module `{module.name}`", graph.describe(), module=module.name, graph=graph.name
         )
         cache_dir = config.cache_dir / module.name / graph.name
-        try:
-            with torch.no_grad():
-                backend = strategy.tune(
-                    module.module,
-                    module.name,
-                    graph,
-                    record.samples,
-                    device,
-                    cache_dir,
-                    module.signature,
-                    executor,
-                    guard,
-                )
-        except (ModuleChangedError, ModuleRestoreError, ExecutorError):
-            raise  # the user's module is at stake, or the setup is wrong: tune() stops and puts every route back
-        except Exception as error:
-            if strategy.session is None or strategy.surfaces_errors:
-                raise
-            # One graph that cannot be tuned (eager itself fails on a generated input, say)
-            # stays eager with the reason in its row; the graphs already tuned keep theirs.
-            reason = f"tuning this graph raised {type(error).__name__}: {error}"
-            log.warning("graph left eager", graph=graph.name, reason=reason)
-            with torch.no_grad():
-                backend = strategy.give_up(reason)
-        graph_report = GraphReport(
+        # A graph that raises stays eager; a changed module or a broken setup stops tune(),
+        # which puts every route back.
+        backend, graph_report = run_graph(
+            strategy,
+            module.module,
             module.name,
-            graph.name,
-            type(strategy).__name__,
-            list(strategy.results),
-            list(strategy.session.eager_sweep) if strategy.session is not None else [],
-            list(strategy.eager_serves),
+            graph,
+            record.samples,
+            device,
+            cache_dir,
+            module.signature,
+            executor,
+            guard,
+            log,
         )
         report.graphs.append(graph_report)
         selected = graph_report.selected

@@ -24,10 +24,10 @@ from torch import nn
 
 from aitune_core.backends.base import Backend, BuildContext
 from aitune_core.config import config
-from aitune_core.executors.base import Executor, ExecutorError
+from aitune_core.executors.base import Executor
 from aitune_core.extensions import slots
 from aitune_core.graphs.forward_signature import ForwardSignature
-from aitune_core.guard import ModuleChangedError, ModuleGuard, ModuleRestoreError
+from aitune_core.guard import ModuleGuard
 from aitune_core.log import get_logger
 from aitune_core.module.recorder import GraphRecord
 from aitune_core.module.router import Route
@@ -36,6 +36,7 @@ from aitune_core.partition.children import Child, replay_children
 from aitune_core.reporting.summary import GraphReport, TuneReport
 from aitune_core.strategies.base import TuneStrategy
 from aitune_core.strategies.candidates import DECLINED_STAGE, CandidateResult, release
+from aitune_core.strategies.graph_run import run_graph
 
 
 @attrs.frozen
@@ -165,10 +166,10 @@ class Descent:
         for record in child.graphs:
             graph_cache = cache_dir / "partition" / child.path / record.spec.name
             backend, report = self._tune_graph(child.module, child_name, child.signature, record, graph_cache)
-            lower = list(self.strategy.lower) if report is not None else []
-            selected = report.selected if report is not None else None
+            lower = list(self.strategy.lower)
+            selected = report.selected
             failed = selected is not None and serves_eagerly(backend, lower)
-            if failed and report is not None and not compiled_candidate_passed(report.candidates):
+            if failed and not compiled_candidate_passed(report.candidates):
                 nested = None
                 if depth < limits.max_depth:
                     nested = self.partition(
@@ -193,32 +194,23 @@ class Descent:
 
     def _tune_graph(
         self, module: nn.Module, name: str, signature: ForwardSignature, record: GraphRecord, cache_dir: Path
-    ) -> tuple[Backend, GraphReport | None]:
+    ) -> tuple[Backend, GraphReport]:
         """Tune one child graph as ``tune`` tunes a module's graph; its rows join the report."""
-        strategy = self.strategy
         graph = record.spec
-        get_logger(module=name).info("tuning graph", graph=graph.name, samples=len(record.samples))
-        try:
-            with torch.no_grad():
-                backend = strategy.tune(
-                    module, name, graph, record.samples, self.device, cache_dir, signature, self.executor, self.guard
-                )
-        except (ModuleChangedError, ModuleRestoreError, ExecutorError):
-            raise
-        except Exception as error:
-            if strategy.session is None or strategy.surfaces_errors:
-                raise
-            reason = f"tuning this graph raised {type(error).__name__}: {error}"
-            get_logger(module=name).warning("graph left eager", graph=graph.name, reason=reason)
-            with torch.no_grad():
-                backend = strategy.give_up(reason)
-        report = GraphReport(
+        log = get_logger(module=name)
+        log.info("tuning graph", graph=graph.name, samples=len(record.samples))
+        backend, report = run_graph(
+            self.strategy,
+            module,
             name,
-            graph.name,
-            type(strategy).__name__,
-            list(strategy.results),
-            list(strategy.session.eager_sweep) if strategy.session is not None else [],
-            list(strategy.eager_serves),
+            graph,
+            record.samples,
+            self.device,
+            cache_dir,
+            signature,
+            self.executor,
+            self.guard,
+            log,
         )
         self.report.graphs.append(report)
         return backend, report
