@@ -119,6 +119,11 @@ def _inside(path: str, other: str) -> bool:
     return path != other and path.startswith(other + ".")
 
 
+def overlaps(first: str, second: str) -> bool:
+    """Whether two dotted submodule paths name the same module, or one holds the other."""
+    return first == second or _inside(first, second) or _inside(second, first)
+
+
 def _parent(model: nn.Module, path: str) -> tuple[nn.Module, str]:
     *steps, attribute = path.split(".")
     parent = model

@@ -22,6 +22,7 @@ from torch import nn
 from aitune_core.checkpoint.manifest import CheckpointError, GraphEntry, PartEntry
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.module.wrapper import Module
+from aitune_core.wrapping import overlaps
 
 if TYPE_CHECKING:
     from aitune_core.checkpoint.load_plan import GraphPlan
@@ -59,7 +60,7 @@ def plan_parts(name: str, graph: GraphEntry, module: nn.Module, depth: int, plan
     for part in partition.parts:
         submodule = _submodule(module, part.path, where)
         for other in plans:
-            if _overlap(other.entry.path, part.path):
+            if overlaps(other.entry.path, part.path):
                 raise CheckpointError(f"{where}: partition parts `{other.entry.path}` and `{part.path}` overlap")
         _check_numbers(part, submodule, where)
         signature = ForwardSignature(submodule.forward)
@@ -83,10 +84,6 @@ def _submodule(module: nn.Module, path: str, where: str) -> nn.Module:
     if isinstance(found, Module):
         raise CheckpointError(f"{where}: its partition names `{path}`, which is a wrapped aitune module of its own")
     return found
-
-
-def _overlap(first: str, second: str) -> bool:
-    return first == second or first.startswith(second + ".") or second.startswith(first + ".")
 
 
 def _check_numbers(part: PartEntry, submodule: nn.Module, where: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from aitune_core.inspection.module_timer import ModuleTiming
+from aitune_core.wrapping import overlaps
 
 COVERAGE = 0.8
 """Suggestions stop once the picked modules hold this share of the time."""
@@ -82,7 +83,7 @@ class InspectReport:
         for row in candidates:
             if covered >= COVERAGE or len(picked) >= max_modules:
                 break
-            if any(_related(row.path, other.path) for other in picked):
+            if any(overlaps(row.path, other.path) for other in picked):
                 continue
             picked.append(row)
             covered += row.share
@@ -126,8 +127,3 @@ class InspectReport:
 
     def __str__(self) -> str:
         return self.table()
-
-
-def _related(path: str, other: str) -> bool:
-    """Whether one module holds the other (or they are the same)."""
-    return path == other or path.startswith(other + ".") or other.startswith(path + ".")
