@@ -238,12 +238,12 @@ def declared_specs(module: Module) -> dict[Hashable, GraphSpec]:
     Raises DeclarationError before anything is built when a declared path is in no
     recorded graph, or a recorded call lies outside its declared range.
     """
-    graphs = {key: record.spec for key, record in module.graphs.items()}
+    records = module.graphs
     shapes = module.dynamic_shapes
     if shapes is None:
-        return graphs
-    check_declared_paths(module.name, shapes, list(graphs.values()))
-    declared = {key: declared_graph(module.graphs[key].spec, shapes, module.graphs[key].samples) for key in graphs}
+        return {key: record.spec for key, record in records.items()}
+    check_declared_paths(module.name, shapes, [record.spec for record in records.values()])
+    declared = {key: declared_graph(record.spec, shapes, record.samples) for key, record in records.items()}
     log = get_logger(module=module.name)
     for graph in declared.values():
         if graph.declared:

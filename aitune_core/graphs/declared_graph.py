@@ -156,8 +156,3 @@ def _followers(
                     taken.add((locator, other))
                     applied.append(_apply(locator, specs[locator], other, axis_declared.dim, follows=True))
     return applied
-
-
-def declared_copy(graph: GraphSpec, shapes: DynamicShapes | None, samples: Sequence[Sample]) -> GraphSpec:
-    """``graph`` itself without a declaration, else its declared copy."""
-    return graph if shapes is None else declared_graph(graph, shapes, samples)
