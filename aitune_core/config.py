@@ -68,6 +68,11 @@ def _non_negative_int(_instance: Any, attribute: attrs.Attribute[Any], value: An
         raise ValueError(f"config.{attribute.name} must be a whole number of at least 0, got {value!r}")
 
 
+def _positive_seconds(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"config.{attribute.name} must be a positive number of seconds, got {value!r}")
+
+
 def _fraction(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
         raise ValueError(f"config.{attribute.name} must be a number from 0 up to (not including) 1, got {value!r}")
@@ -134,6 +139,11 @@ class Config:
     partition_min_time_share: children that take less than this fraction of the module's
         eager time (measured on the recorded samples) stay eager without a build. 0 tries
         every child, and keeps which children are tried independent of the clock.
+    profile_cap_s: the most seconds of profiling one ``tune()`` spends in all. Each
+        comparison measures until its verdicts are clear (clean rounds, not seconds:
+        see :mod:`aitune_core.profiling.compare`); this cap, stated when tuning starts,
+        bounds them all together. Once spent, comparisons stop as soon as they have an
+        interval, and the summary says so.
     """
 
     strict_mode: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
@@ -151,6 +161,7 @@ class Config:
     partition_max_depth: int = attrs.field(default=2, validator=_positive_int)
     partition_min_params: int = attrs.field(default=1, validator=_non_negative_int)
     partition_min_time_share: float = attrs.field(default=0.0, validator=_fraction)
+    profile_cap_s: float = attrs.field(default=300.0, validator=_positive_seconds)
 
     def reset(self) -> None:
         """Restore every setting to its default (tests and notebooks use this)."""

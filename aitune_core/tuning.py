@@ -37,6 +37,7 @@ from aitune_core.log import get_logger
 from aitune_core.module.router import Route
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module
 from aitune_core.names import default_device
+from aitune_core.profiling.budget import profiling_budget
 from aitune_core.reporting.console import emit_block
 from aitune_core.reporting.summary import TuneReport
 from aitune_core.strategies.base import TuneStrategy
@@ -164,14 +165,20 @@ def _tune(
     for module in called:
         module.drop_routes()
     routes: dict[str, dict[Hashable, Route]] = {}
+    log.info(
+        "profiling cap",
+        cap_s=config.profile_cap_s,
+        note="comparisons measure until decided; all of them together stop here (config.profile_cap_s)",
+    )
     try:
-        for index, module in enumerate(called, start=1):
-            for other in called:
-                if other is not module:
-                    other.deactivate()
-            log.info("tuning module", module=module.name, progress=f"{index}/{len(called)}")
-            strategy_for = _strategy_for(module, strategy, target)
-            routes[module.name] = _tune_module(module, strategy_for, target, report, executor, specs[module.name])
+        with profiling_budget(config.profile_cap_s) as budget:
+            for index, module in enumerate(called, start=1):
+                for other in called:
+                    if other is not module:
+                        other.deactivate()
+                log.info("tuning module", module=module.name, progress=f"{index}/{len(called)}")
+                strategy_for = _strategy_for(module, strategy, target)
+                routes[module.name] = _tune_module(module, strategy_for, target, report, executor, specs[module.name])
     except BaseException:
         # Stopped half-way: every module goes back to the routes it served before this run.
         for module in called:
@@ -181,6 +188,7 @@ def _tune(
         module.set_routes(routes[module.name])
     report.timings.update(_phase_totals(report))
     report.timings["total"] = time.perf_counter() - started
+    report.profiling = budget
     emit_block("Tuning summary", report.summary(), level=logging.WARNING)
     log.info("tune finished", duration_s=round(report.timings["total"], 2))
     return report
@@ -340,7 +348,11 @@ def _phase_totals(report: TuneReport) -> dict[str, float]:
 
 
 def _plan(modules: list[Module], strategy: TuneStrategy | None, device: torch.device, calls: int) -> list[str]:
-    lines = [f"{calls} calls gathered; tuning on {device}"]
+    lines = [
+        f"{calls} calls gathered; tuning on {device}",
+        f"profiling: until each comparison is decided, at most {config.profile_cap_s:.0f} s in all "
+        "(config.profile_cap_s)",
+    ]
     for module in modules:
         chosen = _strategy_for(module, strategy, device)
         if chosen.backends is not None:

@@ -28,6 +28,7 @@ SUITES: dict[str, str] = {
     "decode": "bench.decode",
     "dynamic": "bench.dynamic",
     "jit": "bench.jit",
+    "jit_serving": "bench.jit_serving",
     "wrap": "bench.wrap",
 }
 

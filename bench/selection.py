@@ -29,6 +29,7 @@ environment that has timm and transformers to include those models.
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import json
 import os
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.neighbours import bursty_neighbours, load_wanted
 from bench.timing import ROOT, Options, Result, Stats, alternate, calibrate, per_call
 
 QUALITY_TARGET = 0.9
@@ -54,6 +56,7 @@ TRAP_DELAY_S = 0.002
 JOB_TIMEOUT_S = 900
 RESULT_MARK = "SELECTION-RESULT "
 BUILD_FINISHED = re.compile(r"build finished.*")
+RETAKEN = re.compile(r"compared .*?retaken=(\d+)")
 
 
 @dataclass(frozen=True)
@@ -191,7 +194,9 @@ def _selection_job(job: dict[str, Any]) -> dict[str, Any]:
     model, samples = _make_model(name)
     wrapped = ait.Module(model, f"selection-{name}")
     start = time.perf_counter()
-    report = ait.tune(wrapped, samples, batch_sizes=sizes)
+    # Neighbours run while tuning only: what is measured afterwards is timed on a quiet machine.
+    with bursty_neighbours(seed=job.get("seed", 0)) if job.get("load") else contextlib.nullcontext():
+        report = ait.tune(wrapped, samples, batch_sizes=sizes)
     tune_s = time.perf_counter() - start
     routing = {str(size): _route_at(wrapped, size) for size in sizes}
     rows = [
@@ -243,7 +248,9 @@ def _selection_job(job: dict[str, Any]) -> dict[str, Any]:
     return {
         "model": name,
         "tune_s": tune_s,
+        "load": bool(job.get("load")),
         "phases": dict(report.timings),
+        "profiling_capped": report.profiling.capped if report.profiling is not None else None,
         "routing": routing,
         "rows": rows,
         "eager_serves": eager_serves,
@@ -477,20 +484,25 @@ def selection(options: Options, work: Path) -> tuple[list[Result], list[dict[str
                 "cache_dir": str(work / "aitune"),
                 "rounds": options.rounds(15, 3),
                 "singles": singles,
+                "load": load_wanted(),
+                "seed": index,
             }
             started = time.perf_counter()
             try:
-                run, _ = _spawn(job)
+                run, log = _spawn(job)
             except (RuntimeError, subprocess.TimeoutExpired) as error:
                 _say(f"{spec.name} run {index + 1}/{count}: FAILED\n{error}")
                 continue
+            run["retaken"] = sum(int(n) for n in RETAKEN.findall(log))
             runs.append(run)
             if singles is None:
                 singles = _near_best(run)
             qualities = {size: _quality(run, size)[0] for size in run["timings"]}
             took = time.perf_counter() - started
             _say(
-                f"{spec.name} run {index + 1}/{count} ({took:.0f} s, tune {run['tune_s']:.1f} s): "
+                f"{spec.name} run {index + 1}/{count} ({took:.0f} s, tune {run['tune_s']:.1f} s, "
+                f"profile {run['phases'].get('profile', 0.0):.1f} s, {run['retaken']} rounds retaken"
+                f"{', neighbours while tuning' if run['load'] else ''}): "
                 + ", ".join(f"batch {s}: {run['routing'][s]} (quality {q:.2f})" for s, q in qualities.items())
             )
         if not runs:

@@ -26,9 +26,16 @@ class ProfileConfig:
     warmup_iterations: untimed calls of each variant before timing it.
     window: the most calls of one variant in one round (fewer for slow calls, see
         ``round_time_s``); a round's value is the median of its calls.
-    min_rounds: rounds before a comparison may stop.
+    min_rounds: clean rounds before a comparison may stop (8: a 90% interval from the
+        second-smallest per-round ratio, so that no one round decides a verdict).
     min_time_s, max_time_s: measured seconds per batch size before a comparison may
-        stop, and at which it stops even when still undecided.
+        stop, and at which it stops even when still undecided, unless a variant far
+        above the gate is still undecided (see :mod:`aitune_core.profiling.compare`).
+    max_rounds: clean rounds at most when measuring on for such a variant.
+    max_retakes: rounds disturbed by neighbours that are retaken rather than counted,
+        at most, per comparison; past that, disturbed rounds count like clean ones.
+    interference_threshold: a round is disturbed when a variant got less than this
+        share of its usual CPU time per wall second in it (a preemption).
     round_time_s: about how long one variant's part of a round takes.
     confidence: of the interval around each speedup (0.9 = 90%).
     stability: for a single variant's measurement, how little the median may move.
@@ -39,9 +46,12 @@ class ProfileConfig:
 
     warmup_iterations: int = 3
     window: int = 8
-    min_rounds: int = 5
+    min_rounds: int = 8
     min_time_s: float = 0.05
     max_time_s: float = 0.3
+    max_rounds: int = 48
+    max_retakes: int = 16
+    interference_threshold: float = 0.85
     round_time_s: float = 0.005
     confidence: float = 0.9
     stability: float = 0.03

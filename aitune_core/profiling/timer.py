@@ -15,8 +15,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 import torch
 
+from aitune_core.profiling.bursts import Bursts, BurstSchedule
 from aitune_core.validation.inputs import CallInputs
 
 EAGER = "eager"
@@ -24,6 +26,27 @@ EAGER = "eager"
 
 Latency = float | Callable[[int], float]
 """Seconds per call: a constant, or a function of the batch size."""
+
+
+@attrs.frozen
+class TimedRound:
+    """One variant's part of a round: each call's seconds, and the CPU time the process got meanwhile.
+
+    ``cpu_s`` against the summed latencies tells a round in which this process was
+    preempted (wall time running on without CPU time) from one in which the backend was
+    slow; None where it cannot be known (device time, or a timer that does not say).
+    """
+
+    latencies: list[float]
+    cpu_s: float | None = None
+
+    @property
+    def cpu_share(self) -> float | None:
+        """CPU seconds per wall second over the calls; None when unknown."""
+        wall = sum(self.latencies)
+        if self.cpu_s is None or wall <= 0:
+            return None
+        return self.cpu_s / wall
 
 
 class Timer(abc.ABC):
@@ -37,9 +60,20 @@ class Timer(abc.ABC):
     def time(self, name: str, fn: Callable[..., Any], call: CallInputs, batch_size: int, calls: int) -> list[float]:
         """Seconds taken by each of ``calls`` calls of ``fn``, in order."""
 
+    def time_round(
+        self, name: str, fn: Callable[..., Any], call: CallInputs, batch_size: int, calls: int
+    ) -> TimedRound:
+        """:meth:`time`, with the CPU time the process got during the calls where the timer knows it."""
+        return TimedRound(self.time(name, fn, call, batch_size, calls))
+
 
 class WallClock(Timer):
-    """Real calls, timed with ``perf_counter``; CUDA work is waited for before each reading."""
+    """Real calls, timed with ``perf_counter``; on CUDA, on the device with events.
+
+    On CUDA a call's time is the device's, between events recorded around it, so that
+    a host thread preempted after launching its work does not count; the process's CPU
+    time is read around each call either way (see :class:`TimedRound`).
+    """
 
     def warm(self, name: str, fn: Callable[..., Any], call: CallInputs, iterations: int) -> None:
         sync = synchronizer(call)
@@ -50,18 +84,46 @@ class WallClock(Timer):
         sync()
 
     def time(self, name: str, fn: Callable[..., Any], call: CallInputs, batch_size: int, calls: int) -> list[float]:
-        sync = synchronizer(call)
-        latencies = []
+        return self.time_round(name, fn, call, batch_size, calls).latencies
+
+    def time_round(
+        self, name: str, fn: Callable[..., Any], call: CallInputs, batch_size: int, calls: int
+    ) -> TimedRound:
+        if on_cuda(call):
+            return _device_round(fn, call, calls)
+        latencies: list[float] = []
+        cpu = 0.0
         with torch.no_grad():
             for _ in range(calls):
                 args, kwargs = call.bound()
-                if call.fresh is not None:
-                    sync()  # the copy is made before the clock starts
+                used = time.process_time()
                 tick = time.perf_counter()
                 fn(*args, **kwargs)
-                sync()
                 latencies.append(time.perf_counter() - tick)
-        return latencies
+                cpu += time.process_time() - used
+        return TimedRound(latencies, cpu)
+
+
+def _device_round(fn: Callable[..., Any], call: CallInputs, calls: int) -> TimedRound:
+    """Each call's device time between CUDA events; the host's CPU time against its own wall time."""
+    events = []
+    wall = cpu = 0.0
+    with torch.no_grad():
+        for _ in range(calls):
+            args, kwargs = call.bound()
+            torch.cuda.synchronize()  # a fresh copy of the inputs is made before the clock starts
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            used, tick = time.process_time(), time.perf_counter()
+            start.record()
+            fn(*args, **kwargs)
+            end.record()
+            end.synchronize()
+            wall += time.perf_counter() - tick
+            cpu += time.process_time() - used
+            events.append((start, end))
+    latencies = [start.elapsed_time(end) / 1e3 for start, end in events]
+    # The host's share scales the device's latencies: only how far the host was preempted matters.
+    return TimedRound(latencies, cpu / wall * sum(latencies) if wall > 0 else None)
 
 
 class ScriptedTimer(Timer):
@@ -76,6 +138,9 @@ class ScriptedTimer(Timer):
         less than 10% of the latency.
     outlier_rate, outlier_factor: the share of calls that take ``outlier_factor`` times
         longer (a GC pause, a preempted thread).
+    load: scripted neighbours (:class:`~aitune_core.profiling.bursts.Bursts`): calls are
+        laid on a virtual clock, and those that start while the neighbours are busy are
+        slowed; the CPU time reported shows it when the bursts are ``visible``.
     """
 
     def __init__(
@@ -86,6 +151,7 @@ class ScriptedTimer(Timer):
         noise: float = 0.0,
         outlier_rate: float = 0.0,
         outlier_factor: float = 20.0,
+        load: Bursts | None = None,
         seed: int = 0,
     ) -> None:
         self.latencies = dict(latencies)
@@ -94,8 +160,14 @@ class ScriptedTimer(Timer):
         self.outlier_rate = outlier_rate
         self.outlier_factor = outlier_factor
         self._random = random.Random(seed)
+        self.load = load
+        self._schedule = BurstSchedule(load, random.Random(seed * 7919 + 1)) if load is not None else None
+        self.clock = 0.0
+        """Virtual seconds of every call timed so far, what the neighbours' bursts are laid on."""
         self.timed: dict[str, int] = {}
         """How many calls were timed per variant name: what a test checks to see that all were measured."""
+        self.slowed: dict[str, int] = {}
+        """How many of those calls the scripted neighbours slowed, per variant name."""
 
     def latency(self, name: str, batch_size: int) -> float:
         given = self.latencies.get(name, self.default)
@@ -107,20 +179,38 @@ class ScriptedTimer(Timer):
         return None
 
     def time(self, name: str, fn: Callable[..., Any], call: CallInputs, batch_size: int, calls: int) -> list[float]:
+        return self.time_round(name, fn, call, batch_size, calls).latencies
+
+    def time_round(
+        self, name: str, fn: Callable[..., Any], call: CallInputs, batch_size: int, calls: int
+    ) -> TimedRound:
         base = self.latency(name, batch_size)
         self.timed[name] = self.timed.get(name, 0) + calls
         values = []
+        cpu = 0.0
         for _ in range(calls):
             value = base * max(0.1, 1.0 + self.noise * self._random.gauss(0.0, 1.0)) if self.noise else base
             if self.outlier_rate and self._random.random() < self.outlier_rate:
                 value *= self.outlier_factor
+            own = value
+            if self._schedule is not None:
+                factor = self._schedule.factor_at(self.clock)
+                if factor != 1.0:
+                    self.slowed[name] = self.slowed.get(name, 0) + 1
+                value *= factor
+                if self.load is not None and not self.load.visible:
+                    own = value
+            self.clock += value
+            cpu += own
             values.append(value)
-        return values
+        return TimedRound(values, cpu)
+
+
+def on_cuda(call: CallInputs) -> bool:
+    """Whether an input of ``call`` lives on a CUDA device."""
+    return any(isinstance(value, torch.Tensor) and value.is_cuda for value in (*call.args, *call.kwargs.values()))
 
 
 def synchronizer(call: CallInputs) -> Callable[[], None]:
     """What waits for the device: ``torch.cuda.synchronize`` when an input lives on CUDA."""
-    for value in (*call.args, *call.kwargs.values()):
-        if isinstance(value, torch.Tensor) and value.is_cuda:
-            return torch.cuda.synchronize
-    return lambda: None
+    return torch.cuda.synchronize if on_cuda(call) else lambda: None

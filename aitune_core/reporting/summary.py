@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from aitune_core.metadata.tables import render_table
+from aitune_core.profiling.budget import ProfilingBudget
 from aitune_core.profiling.measurement import Measurement
 from aitune_core.profiling.stats import Speedup
 from aitune_core.reporting.partition_tree import PartitionNode, render_partition
@@ -85,6 +86,8 @@ class TuneReport:
     plan: list[str] = attrs.field(factory=list)
     partition: bool = False
     """Whether graphs that no compiled candidate took were partitioned (``tune(..., partition=True)``)."""
+    profiling: ProfilingBudget | None = None
+    """The tune's profiling cap and what the comparisons spent of it."""
 
     def selected(self, module: str, graph: str = "0") -> str | None:
         for report in self.graphs:
@@ -149,6 +152,8 @@ class TuneReport:
         if self.timings:
             parts = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in self.timings.items())
             text += f"\nTime: {parts}"
+        if self.profiling is not None:
+            text += f"\n{_profiling_line(self.profiling)}"
         return text
 
     def __str__(self) -> str:
@@ -181,6 +186,16 @@ def _row(
     if workers:
         row.insert(4, worker)
     return row
+
+
+def _profiling_line(budget: ProfilingBudget) -> str:
+    line = f"Profiling: {budget.describe()} of the cap (config.profile_cap_s)"
+    if budget.capped:
+        line += (
+            f"; the cap cut {budget.capped} comparison{'s' if budget.capped != 1 else ''} short "
+            "(raise config.profile_cap_s to measure until decided)"
+        )
+    return line
 
 
 def _at(sweep: list[Measurement], batch: int) -> Measurement | None:

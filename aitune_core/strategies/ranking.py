@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from aitune_core.profiling.budget import current_budget
 from aitune_core.profiling.compare import BatchComparison, Variant, compare
 from aitune_core.profiling.measurement import Measurement
 from aitune_core.profiling.stats import Speedup
@@ -118,11 +119,14 @@ def rank(
             result.speedups[samples] = comparison.speedup(name)
             result.profile_s += sum(comparison.calls[name]) + share / len(results)
         session.eager_sweep.append(comparison.measurement(EAGER))
+        budget = current_budget()
         session.log.info(
             "compared",
             batch_size=samples,
             rounds=comparison.round_count,
+            retaken=comparison.retaken,
             outliers=comparison.outliers,
+            **({"profiling": budget.describe()} if budget is not None else {}),
             eager=f"{comparison.measurement(EAGER).throughput:.1f}/s",
             **{names[id(r)]: comparison.speedup(names[id(r)]).describe() for r in results},
         )
@@ -227,6 +231,9 @@ def lost_reason(
     if any(v == "faster" for v in verdicts.values()):
         return "passed", "others were faster at every batch size where it beat eager"
     size = max(ranking.sizes, key=lambda s: s or 0)
+    outrun = ranking.comparisons[size].outrun.get(ranking.name(result))
+    if outrun is not None and verdicts[size] != "slower":
+        return "passed", f"out of the race at batch {_samples(ranking, size)}: {outrun}"
     speedup = ranking.speedup(result, size)
     at = f" at batch {_samples(ranking, size)}"
     if verdicts[size] == "undecided":
