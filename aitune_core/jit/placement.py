@@ -16,6 +16,10 @@ executor, the JIT builds out of process when both hold:
 
 Candidates the user named (``backends=``, ``strategy=``) build in-process unless an
 executor is named too; everything else builds in-process, as ``tune`` does.
+
+The child takes one core and background priority (``SCHED_IDLE``, see
+:mod:`aitune_core.executors.isolated.priority`): on a two-core machine serving keeps
+a core to itself, and wakes up on either without waiting behind a compiler.
 """
 
 from __future__ import annotations
@@ -29,16 +33,18 @@ from torch import nn
 
 from aitune_core.config import config
 
-OUT_OF_PROCESS = "subprocess"
+CHILD_THREADS = 1
+"""Cores a JIT build child may use: serving keeps the rest."""
 
 
 @attrs.frozen
 class Placement:
-    """The executor and strategy one module's tuning uses, and why."""
+    """The executor and strategy one module's tuning uses, and why; ``owned``: made here, closed after."""
 
     executor: Any
     strategy: Any
     reason: str
+    owned: bool = False
 
 
 def place(module: nn.Module, strategy: Any, executor: Any, device: torch.device) -> Placement:
@@ -55,8 +61,12 @@ def place(module: nn.Module, strategy: Any, executor: Any, device: torch.device)
         return Placement(None, None, "in-process: every default candidate compiles where it serves")
     from aitune_core.strategies.max_throughput import MaxThroughputStrategy
 
+    from aitune_core.executors.isolated.subprocess_executor import SubprocessExecutor
+
     names = ", ".join(blueprint.describe() for blueprint in candidates)
-    return Placement(OUT_OF_PROCESS, MaxThroughputStrategy(candidates), f"in a child process: {names}")
+    child = SubprocessExecutor(threads=CHILD_THREADS, background=True)
+    reason = f"in a child process at background priority, {CHILD_THREADS} core: {names}"
+    return Placement(child, MaxThroughputStrategy(candidates), reason, owned=True)
 
 
 def _compiles_here(backend: Any) -> bool:

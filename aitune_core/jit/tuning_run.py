@@ -45,6 +45,7 @@ def tune_recorded(module: Module, strategy: Any, executor: Any) -> Tuned:
     get_logger(module=module.name).info("jit: building", where=placement.reason)
     chosen = _strategy_for(module, placement.strategy, device) if module.strategy is None else module.strategy
     where, owned = resolve_executor(placement.executor if placement.executor is not None else config.executor)
+    owned = owned or placement.owned
     report = TuneReport()
     try:
         routes = _tune_module(module, chosen, device, report, where, declared_specs(module))

@@ -11,6 +11,7 @@ from torch import nn
 
 import aitune_core as ait
 from aitune_core.backends.base import Availability, Backend, BackendConfig, BuildContext
+from aitune_core.executors.isolated.subprocess_executor import SubprocessExecutor
 from aitune_core.jit import placement
 from aitune_core.testing.models import TinyMLP
 
@@ -69,9 +70,11 @@ def defaults(monkeypatch: pytest.MonkeyPatch, *kinds: Backend) -> None:
 def test_default_candidates_that_compile_elsewhere_build_in_a_child(monkeypatch: pytest.MonkeyPatch) -> None:
     defaults(monkeypatch, AotKind(), JitKind())
     chosen = placement.place(Local(), None, None, CPU)
-    assert chosen.executor == "subprocess"
+    assert isinstance(chosen.executor, SubprocessExecutor) and chosen.owned
+    assert chosen.executor.background and chosen.executor.threads == 1  # one core, only what serving leaves
+    assert chosen.executor.candidate_options() == {"threads": 1, "background": True}
     assert [type(b) for b in chosen.strategy.backends] == [AotKind, ait.TorchEagerBackend]
-    assert chosen.reason == "in a child process: AotKind(), TorchEagerBackend()"
+    assert chosen.reason == "in a child process at background priority, 1 core: AotKind(), TorchEagerBackend()"
 
 
 def test_only_jit_kind_defaults_stay_in_process(monkeypatch: pytest.MonkeyPatch) -> None:

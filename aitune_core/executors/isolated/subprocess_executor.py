@@ -51,6 +51,7 @@ from aitune_core.executors.base import DEFAULT_TIMEOUT_S
 from aitune_core.executors.isolated import memory
 from aitune_core.executors.isolated.answer import Answer, looks_out_of_memory
 from aitune_core.executors.isolated.payload import GraphPayload
+from aitune_core.executors.isolated.priority import thread_limits
 from aitune_core.executors.isolated.remote import RemoteExecutor
 from aitune_core.executors.isolated.worker import EXIT_OUT_OF_MEMORY
 
@@ -83,6 +84,9 @@ class SubprocessExecutor(RemoteExecutor):
         shared out among the workers.
     python: the interpreter to start; default: this one.
     keep_files: keep the payload and child logs (in the system temp folder) for debugging.
+    background: children run at background priority (``SCHED_IDLE`` on Linux, see
+        :mod:`.priority`): they use only the CPU time nothing else wants, as tuning beside a
+        serving process must.
     """
 
     name = "subprocess"
@@ -95,6 +99,7 @@ class SubprocessExecutor(RemoteExecutor):
         threads: int | None = None,
         python: str | None = None,
         keep_files: bool = False,
+        background: bool = False,
     ) -> None:
         super().__init__(workers, DEFAULT_TIMEOUT_S if timeout_s == "auto" else timeout_s)
         if memory_limit_mb == "auto":
@@ -109,6 +114,7 @@ class SubprocessExecutor(RemoteExecutor):
         self.threads = threads if threads is not None else (_share_cores(workers) if workers > 1 else None)
         self.python = python or sys.executable
         self.keep_files = keep_files
+        self.background = background
 
     def describe(self) -> str:
         text = super().describe()
@@ -120,7 +126,7 @@ class SubprocessExecutor(RemoteExecutor):
         return _Job(folder)
 
     def candidate_options(self) -> dict[str, Any]:
-        return {"threads": self.threads}
+        return {"threads": self.threads, "background": self.background}
 
     def run(self, handle: Any, candidate: dict[str, Any]) -> Answer:
         job: _Job = handle
@@ -134,7 +140,7 @@ class SubprocessExecutor(RemoteExecutor):
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=_child_environment(),
+                env=_child_environment(self.threads),
                 start_new_session=True,  # its own process group: a kill reaches its compiler workers too
             )
         with job.lock:
@@ -205,9 +211,12 @@ def _share_cores(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // workers)
 
 
-def _child_environment() -> dict[str, str]:
-    """This process's environment, with its module search path, so the child imports what it imports."""
-    env = dict(os.environ)
+def _child_environment(threads: int | None = None) -> dict[str, str]:
+    """This process's environment, with its module search path, so the child imports what it imports.
+
+    threads: the cores the child may use, for its OpenMP pool and Inductor's compile workers alike.
+    """
+    env = {**os.environ, **(thread_limits(threads) if threads else {})}
     paths = list(dict.fromkeys(entry or os.getcwd() for entry in sys.path))
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])

@@ -38,6 +38,7 @@ import torch
 from aitune_core.backends.artifacts import seal_of
 from aitune_core.executors.isolated.answer import Answer, looks_out_of_memory
 from aitune_core.executors.isolated.payload import GraphPayload, backend_from_ref
+from aitune_core.executors.isolated.priority import step_aside
 from aitune_core.guard import ModuleGuard, ModuleRestoreError
 from aitune_core.log import capture, get_logger
 from aitune_core.strategies.candidates import CandidateResult, GraphSession, failure_reason, release, run_candidate
@@ -162,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     graph_dir, candidate_file, answer_file = (Path(arg) for arg in args)
     candidate = json.loads(candidate_file.read_text())
+    if candidate.get("background"):
+        print(f"background priority: {step_aside()}", file=sys.stderr)
 
     def write(answer: Answer) -> None:
         staging = answer_file.with_name(answer_file.name + ".partial")

@@ -1,0 +1,58 @@
+"""Background workers step aside: SCHED_IDLE (or nice 19) for the worker and everything it starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from aitune_core.executors.isolated.priority import step_aside, thread_limits
+from aitune_core.executors.isolated.subprocess_executor import SubprocessExecutor, _child_environment
+
+CHILD = """
+import json, os, subprocess, sys, threading
+from aitune_core.executors.isolated.priority import step_aside
+applied = step_aside()
+seen = {}
+thread = threading.Thread(target=lambda: seen.update(thread=os.sched_getscheduler(0)))
+thread.start(); thread.join()
+grandchild = subprocess.run([sys.executable, "-c", "import os; print(os.sched_getscheduler(0), os.nice(0))"],
+                            capture_output=True, text=True, check=True).stdout.split()
+print(json.dumps({"applied": applied, "self": os.sched_getscheduler(0), "thread": seen["thread"],
+                  "grandchild": [int(v) for v in grandchild]}))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_a_background_worker_and_all_it_starts_run_at_idle_priority():
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, check=True, env=_child_environment()
+    )
+    seen = json.loads(done.stdout)
+    assert seen["applied"] == "SCHED_IDLE"
+    assert seen["self"] == seen["thread"] == seen["grandchild"][0] == os.SCHED_IDLE
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE  # this process is untouched
+
+
+def test_thread_limits_cover_openmp_and_inductors_compile_pool():
+    assert thread_limits(1) == {"OMP_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    env = _child_environment(2)
+    assert env["OMP_NUM_THREADS"] == "2" and env["TORCHINDUCTOR_COMPILE_THREADS"] == "2"
+    assert "TORCHINDUCTOR_COMPILE_THREADS" not in _child_environment(None) or os.environ.get(
+        "TORCHINDUCTOR_COMPILE_THREADS"
+    )
+
+
+def test_background_and_threads_reach_every_candidate():
+    executor = SubprocessExecutor(threads=1, background=True)
+    assert executor.candidate_options() == {"threads": 1, "background": True}
+    assert SubprocessExecutor().candidate_options()["background"] is False
+
+
+def test_step_aside_says_what_it_applied_where_nothing_can_be_applied(monkeypatch):
+    monkeypatch.delattr(os, "sched_setscheduler", raising=False)
+    monkeypatch.setattr(os, "nice", lambda increment: (_ for _ in ()).throw(OSError("not allowed")))
+    assert step_aside() == "unchanged"
