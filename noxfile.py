@@ -145,11 +145,22 @@ def check_listing(session: nox.Session, names: list[str]) -> None:
     session.run("python", "-c", _LISTING_CHECK, json.dumps(expected))
 
 
+_NO_STARTUP_HOOK = """
+import site, sys
+from pathlib import Path
+found = [str(p) for folder in site.getsitepackages() for p in Path(folder).glob("aitune_jit*.pth")]
+if found:
+    sys.exit(f"the core alone installed a JIT start-up hook: {found}; it belongs to aitune-jit")
+print("no JIT start-up hook: it comes with aitune-jit only")
+"""
+
+
 @nox.session
 def tests_core(session: nox.Session) -> None:
-    """The core alone, with no plugin installed."""
+    """The core alone, with no plugin installed (and no JIT start-up hook in site-packages)."""
     install(session, ".", "pytest")
     check_listing(session, [])
+    session.run("python", "-c", _NO_STARTUP_HOOK)
     pytest(session, "tests")
 
 

@@ -82,7 +82,18 @@ _EXPORTS: dict[str, str] = {
 }
 
 # Subpackages that are also public names: ``aitune_core.plugins()`` lists plugins.
-_SUBPACKAGES = frozenset({"jit", "plugins"})
+_SUBPACKAGES = frozenset({"plugins"})
+# Public names that other distributions provide: ``ait.jit`` is the aitune-jit distribution.
+_DISTRIBUTED = {"jit": ("aitune_jit", "aitune-jit")}
+
+
+class MissingDistributionError(AttributeError):
+    """A public name whose distribution is not installed: the message names what to install.
+
+    An AttributeError, as for any missing attribute, so that ``hasattr(ait, "jit")`` says
+    False; ``from aitune_core import jit`` turns it into an ImportError that shows it.
+    """
+
 
 __all__ = [
     "BATCH_SIZE_KEY",
@@ -101,6 +112,7 @@ __all__ = [
     "IllegalStateTransitionError",
     "InfoLevel",
     "InspectReport",
+    "MissingDistributionError",
     "LatencyBudgetStrategy",
     "Locator",
     "MaxThroughputStrategy",
@@ -126,7 +138,6 @@ __all__ = [
     "global_context",
     "hookimpl",
     "inspect",
-    "jit",
     "load",
     "plugins",
     "register_container",
@@ -143,6 +154,17 @@ _export, __dir__ = _lazy_exports(globals(), _EXPORTS, lambda name: f"module 'ait
 def __getattr__(name: str) -> Any:
     if name in _SUBPACKAGES:
         return importlib.import_module(f"aitune_core.{name}")
+    if name in _DISTRIBUTED:
+        package, distribution = _DISTRIBUTED[name]
+        try:
+            return importlib.import_module(package)
+        except ModuleNotFoundError as error:
+            if error.name != package:
+                raise
+            raise MissingDistributionError(
+                f"ait.{name} is provided by the {distribution} distribution, which is not installed: "
+                f"pip install {distribution} (from a checkout: pip install ./plugins/{package})"
+            ) from None
     return _export(name)
 
 

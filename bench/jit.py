@@ -8,7 +8,7 @@
   eager alone: p50 and p99, and how much later than eager the p99 call is (target:
   eager's p99 + 5 ms). Twice when Inductor is installed: Inductor JIT named, which
   compiles in this process, and the JIT's defaults, which build in a child process
-  (:mod:`aitune_core.jit.placement`).
+  (:mod:`aitune_jit.placement`).
 
 One intra-op thread, as serving processes on a shared machine often run.
 """

@@ -52,8 +52,8 @@ with torch.no_grad():
         starts.append(tick)
         time.sleep(GAP_S)
 status = {}
-if "aitune_core.jit" in sys.modules:
-    status = {name: str(s) for name, s in sys.modules["aitune_core.jit"].status().items()}
+if "aitune_jit" in sys.modules:
+    status = {name: str(s) for name, s in sys.modules["aitune_jit"].status().items()}
 print("MARK" + json.dumps({"took": took, "starts": starts, "events": list(sink), "status": status}), flush=True)
 """
 

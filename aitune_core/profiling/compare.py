@@ -287,13 +287,13 @@ def _kept(
     dropped = set(worst[: max(0, min(len(clean) // 4, len(clean) - least))])
     keep = [i for i in clean if i not in dropped]
     # A variant that left the race in rounds all left out since keeps them: it has to be reported.
-    mine = {name: [i for i in keep if i in values] or sorted(values) for name, values in log.seconds.items()}
+    rounds_of = {name: [i for i in keep if i in values] or sorted(values) for name, values in log.seconds.items()}
     return BatchComparison(
         batch_size=batch_size,
         reference=reference,
         confidence=config.confidence,
-        per_round={name: {i: log.seconds[name][i] for i in mine[name]} for name in log.seconds},
-        calls={name: [t for i in mine[name] for t in log.calls[name][i]] for name in log.seconds},
+        per_round={name: {i: log.seconds[name][i] for i in rounds_of[name]} for name in log.seconds},
+        calls={name: [t for i in rounds_of[name] for t in log.calls[name][i]] for name in log.seconds},
         outliers=len(dropped),
         retaken=len(retaken),
         outrun=dict(outrun),

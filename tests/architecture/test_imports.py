@@ -204,7 +204,7 @@ LAYERS = [
     ("backend contract", ["backends"]),
     ("evaluating", ["strategies.candidates", "validation", "profiling", "guard", "reporting"]),
     ("choosing", ["strategies", "executors"]),
-    ("user-facing", ["tuning", "module", "checkpoint", "inspection", "wrapping", "partition", "jit"]),
+    ("user-facing", ["tuning", "module", "checkpoint", "inspection", "wrapping", "partition"]),
     ("plugins", ["plugins", "plugin_api"]),
     ("entry points", ["", "cli", "authoring", "testing", "demo"]),
 ]

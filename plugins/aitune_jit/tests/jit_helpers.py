@@ -4,10 +4,13 @@ wrong on purpose, and a model whose forward can be held mid-call."""
 from __future__ import annotations
 
 import copy
+import site
 import threading
+from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import torch
 from torch import nn
 
@@ -125,3 +128,17 @@ class OffBackend(Backend):
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         return self.copy(*args, **kwargs) * self.config.factor  # type: ignore[attr-defined]
+
+
+def installed_startup_hook() -> Path:
+    """The ``aitune_jit.pth`` that installing aitune-jit put into site-packages; skips the test without it.
+
+    What these tests check is what a user gets from ``pip install`` (or ``pip install -e``):
+    ``AITUNE_JIT=1 python script.py`` with nothing else, so they use the installed hook.
+    """
+    folders = [*site.getsitepackages(), site.getusersitepackages()]
+    for folder in folders:
+        found = Path(folder) / "aitune_jit.pth"
+        if found.is_file():
+            return found
+    pytest.skip(f"aitune-jit is not installed (pip install ./plugins/aitune_jit): no aitune_jit.pth in {folders}")

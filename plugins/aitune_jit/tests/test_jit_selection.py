@@ -8,9 +8,9 @@ from jit_helpers import Pipeline
 from torch import nn
 
 import aitune_core as ait
-from aitune_core.jit.first_call import FirstCallWatch
-from aitune_core.jit.options import JitOptions
-from aitune_core.jit.selection import choose
+from aitune_jit.first_call import FirstCallWatch
+from aitune_jit.options import JitOptions
+from aitune_jit.selection import choose
 
 
 def test_depth_zero_is_the_model_itself() -> None:

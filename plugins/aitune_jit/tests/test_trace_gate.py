@@ -6,7 +6,7 @@ import threading
 
 import torch
 
-from aitune_core.jit.trace_gate import TRACE_GATE
+from aitune_jit.trace_gate import TRACE_GATE
 
 
 class Traced(torch.nn.Module):

@@ -1,6 +1,7 @@
 """``AITUNE_JIT=1`` on an unmodified script serving the demo CNN, nothing else set: tuned in the
 background, stored, and loaded by the next run. With its defaults the JIT builds in a child process
-(AOT Inductor, and ONNX Runtime where installed; :mod:`aitune_core.jit.placement`).
+(AOT Inductor, and ONNX Runtime where installed; :mod:`aitune_jit.placement`). It needs
+aitune-inductor, and runs where both are installed (the all-together session).
 
 Whether the compiled graph beats eager is the machine's verdict (the performance gate),
 so the test asserts what does not depend on the clock: the module ends tuned, every
@@ -19,7 +20,12 @@ from typing import Any
 
 import pytest
 
-import aitune_core
+pytest.importorskip(
+    "aitune_inductor", reason="the demo builds AOT Inductor: it runs where aitune-inductor is installed"
+)
+
+from jit_helpers import installed_startup_hook
+
 from aitune_core.testing.child_process import env_with_sources
 
 SCRIPT = """
@@ -42,15 +48,9 @@ print("worst error", worst)
 
 
 def _run(tmp_path: Path) -> tuple[str, list[dict[str, Any]]]:
-    site_dir = tmp_path / "site"
-    site_dir.mkdir(exist_ok=True)
-    pth = Path(aitune_core.__file__).parent / "jit" / "aitune_jit.pth"
-    (site_dir / pth.name).write_text(pth.read_text())
+    installed_startup_hook()
     script = tmp_path / "serve.py"
     script.write_text(SCRIPT)
-    runner = (
-        f"import runpy, site; site.addsitedir({str(site_dir)!r}); runpy.run_path({str(script)!r}, run_name='__main__')"
-    )
     environ = {
         **env_with_sources("aitune_inductor"),
         "AITUNE_JIT": "1",
@@ -58,7 +58,7 @@ def _run(tmp_path: Path) -> tuple[str, list[dict[str, Any]]]:
         "AITUNE_LOG_FORMAT": "json",
         "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor")),
     }
-    done = subprocess.run([sys.executable, "-c", runner], capture_output=True, text=True, env=environ, timeout=900)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=environ, timeout=900)
     said = [line for line in done.stderr.splitlines() if not line.startswith("{")]  # tracebacks, not the log
     assert done.returncode == 0, "\n".join(said[-60:])
     return done.stdout, [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]

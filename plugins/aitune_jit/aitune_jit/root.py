@@ -3,7 +3,7 @@
 ``ait.Module`` replaces a module in its parent; the model a script holds in a local
 variable has no parent. So the model keeps its identity and its class is swapped for a
 subclass made for this one object, whose ``__call__`` goes to a wrapper (when the model
-itself is tuned) and passes the call through :data:`~aitune_core.jit.trace_gate.TRACE_GATE`
+itself is tuned) and passes the call through :data:`~aitune_jit.trace_gate.TRACE_GATE`
 while a tuning runs. The wrapper wraps a *twin*: an instance of the original class sharing
 the model's ``__dict__`` (parameters, buffers, submodules, flags, hooks), so the eager
 path runs the original forward on exactly the model's state, and ``model.eval()`` or
@@ -21,8 +21,8 @@ from typing import Any
 
 from torch import nn
 
-from aitune_core.jit.trace_gate import TRACE_GATE
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module
+from aitune_jit.trace_gate import TRACE_GATE
 
 _ORIGINAL = "_aitune_jit_original_class"
 

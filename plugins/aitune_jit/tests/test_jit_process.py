@@ -1,9 +1,8 @@
 """``AITUNE_JIT=1`` on a script that never imports aitune, in fresh processes: tuned, stored, loaded again.
 
-The interpreter-start line is the ``aitune_jit.pth`` that installing aitune-core puts in
-site-packages; here it is read from a folder given to ``site.addsitedir`` before the
-script runs (the source checkout is not installed that way), which processes it as
-interpreter start does.
+The interpreter-start line is the ``aitune_jit.pth`` that installing aitune-jit puts in
+site-packages, by ``pip install`` and ``pip install -e`` alike: the script runs as
+``python serve.py``, as a user runs it.
 """
 
 from __future__ import annotations
@@ -15,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jit_helpers import installed_startup_hook
 
-import aitune_core
+import aitune_jit
 from aitune_core.testing.child_process import env_with_sources
 
 SCRIPT = """
@@ -44,20 +44,14 @@ with torch.no_grad():
     for call in range(12):
         out = model(x)  # the first top-level module call: the model the JIT takes
         assert torch.allclose(out, twin(x))
-print("aitune imported by the script:", any(name == "aitune_core.jit.api" for name in sys.modules))
+print("aitune imported by the script:", any(name == "aitune_jit.api" for name in sys.modules))
 """
 
 
 def _run(tmp_path: Path, **env: str) -> tuple[str, list[dict[str, Any]]]:
-    site_dir = tmp_path / "site"
-    site_dir.mkdir(exist_ok=True)
-    pth = Path(aitune_core.__file__).parent / "jit" / "aitune_jit.pth"
-    (site_dir / pth.name).write_text(pth.read_text())
+    installed_startup_hook()
     script = tmp_path / "serve.py"
     script.write_text(SCRIPT)
-    runner = (
-        f"import runpy, site; site.addsitedir({str(site_dir)!r}); runpy.run_path({str(script)!r}, run_name='__main__')"
-    )
     environ = {
         **env_with_sources(),
         "AITUNE_CACHE_DIR": str(tmp_path / "cache"),
@@ -66,7 +60,7 @@ def _run(tmp_path: Path, **env: str) -> tuple[str, list[dict[str, Any]]]:
         "AITUNE_JIT_BACKENDS": "eager",
         **env,
     }
-    done = subprocess.run([sys.executable, "-c", runner], capture_output=True, text=True, env=environ, timeout=300)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=environ, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     events = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
     return done.stdout, events
@@ -101,9 +95,9 @@ def test_without_aitune_jit_the_startup_line_does_nothing(tmp_path: Path) -> Non
 
 
 def test_the_startup_line_never_stops_the_interpreter() -> None:
-    pth = (Path(aitune_core.__file__).parent / "jit" / "aitune_jit.pth").read_text()
+    pth = (Path(aitune_jit.__file__).parent / "aitune_jit.pth").read_text()
     environ = {**env_with_sources(), "AITUNE_JIT": "1", "PYTHONPATH": ""}
-    # aitune_core cannot be found: one line on stderr, and the program runs.
+    # aitune_jit cannot be found: one line on stderr, and the program runs.
     code = f"import importlib.util as u; u.find_spec = lambda name: None\n{pth}\nprint('still running')"
     # -S: an installed copy of the line (a non-editable install) must not run first and take AITUNE_JIT.
     done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=environ, timeout=60)

@@ -9,7 +9,7 @@ import torch
 from jit_helpers import FAST_PROFILE, GatedBackend, Hold, OffBackend, TwoLayers
 
 import aitune_core as ait
-from aitune_core.jit.states import JitState
+from aitune_jit.states import JitState
 
 
 def _state() -> JitState:

@@ -18,21 +18,19 @@ from typing import TYPE_CHECKING, Any
 from aitune_core.lazy_exports import lazy_exports as _lazy_exports
 
 _EXPORTS: dict[str, str] = {
-    "disable": "aitune_core.jit.api",
-    "enable": "aitune_core.jit.api",
-    "enabled": "aitune_core.jit.api",
-    "status": "aitune_core.jit.api",
-    "wait": "aitune_core.jit.api",
-    "JitOptions": "aitune_core.jit.options",
-    "JitState": "aitune_core.jit.states",
-    "ModuleStatus": "aitune_core.jit.states",
+    "disable": "aitune_jit.api",
+    "enable": "aitune_jit.api",
+    "enabled": "aitune_jit.api",
+    "status": "aitune_jit.api",
+    "wait": "aitune_jit.api",
+    "JitOptions": "aitune_jit.options",
+    "JitState": "aitune_jit.states",
+    "ModuleStatus": "aitune_jit.states",
 }
 
 __all__ = ["JitOptions", "JitState", "ModuleStatus", "disable", "enable", "enabled", "status", "wait"]
 
-_export, __dir__ = _lazy_exports(
-    globals(), _EXPORTS, lambda name: f"module 'aitune_core.jit' has no attribute {name!r}"
-)
+_export, __dir__ = _lazy_exports(globals(), _EXPORTS, lambda name: f"module 'aitune_jit' has no attribute {name!r}")
 
 
 def __getattr__(name: str) -> Any:
@@ -40,6 +38,6 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from aitune_core.jit.api import disable, enable, enabled, status, wait
-    from aitune_core.jit.options import JitOptions
-    from aitune_core.jit.states import JitState, ModuleStatus
+    from aitune_jit.api import disable, enable, enabled, status, wait
+    from aitune_jit.options import JitOptions
+    from aitune_jit.states import JitState, ModuleStatus

@@ -16,12 +16,12 @@ import attrs
 from aitune_core.backends.tolerances import Tolerances
 from aitune_core.config import config
 from aitune_core.executors.registry import resolve_executor
-from aitune_core.jit.placement import place
 from aitune_core.log import get_logger
 from aitune_core.module.router import Route
 from aitune_core.module.wrapper import Module
 from aitune_core.reporting.summary import TuneReport
 from aitune_core.tuning import _device_of, _strategy_for, _tune_module, declared_specs
+from aitune_jit.placement import place
 
 
 @attrs.frozen
@@ -36,7 +36,7 @@ def tune_recorded(module: Module, strategy: Any, executor: Any) -> Tuned:
     """Routes for every graph ``module`` recorded, and the report; the module itself is not routed yet.
 
     strategy: None chooses as ``tune`` does; executor: None builds in a child process where
-    that keeps compiles out of this one (:mod:`aitune_core.jit.placement`), else as
+    that keeps compiles out of this one (:mod:`aitune_jit.placement`), else as
     ``config.executor`` says.
     """
     started = time.perf_counter()

@@ -2,7 +2,7 @@
 
 The ``aitune_jit.pth`` file that installing aitune-core puts into site-packages runs
 this file's :func:`start` at interpreter start when ``AITUNE_JIT`` is set. It is loaded
-by path, not imported as ``aitune_core.jit.startup``: importing anything in
+by path, not imported as ``aitune_jit.startup``: importing anything in
 ``aitune_core`` imports torch, a second or more that a process which never uses torch
 must not pay. So this file uses the standard library only, waits for the script's own
 ``import torch``, and enables the JIT once torch's code has run.
@@ -40,7 +40,7 @@ def start() -> None:
 
 def _enable(_torch: ModuleType) -> None:
     try:
-        from aitune_core.jit.api import enable
+        from aitune_jit.api import enable
 
         enable()
     except Exception as error:

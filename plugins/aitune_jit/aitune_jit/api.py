@@ -8,9 +8,9 @@ from typing import Any
 
 from torch import nn
 
-from aitune_core.jit.controller import JitRun
-from aitune_core.jit.options import JitOptions
-from aitune_core.jit.states import ModuleStatus
+from aitune_jit.controller import JitRun
+from aitune_jit.options import JitOptions
+from aitune_jit.states import ModuleStatus
 
 _run: JitRun | None = None
 _lock = threading.Lock()
@@ -22,7 +22,7 @@ def enable(model: nn.Module | None = None, **options: Any) -> None:
     model: the model to tune now; None waits for the first top-level call of a module in
         eval mode with parameters (what ``AITUNE_JIT=1`` does for a script that never
         imports aitune).
-    options: see :class:`~aitune_core.jit.options.JitOptions`; ``AITUNE_JIT_<OPTION>``
+    options: see :class:`~aitune_jit.options.JitOptions`; ``AITUNE_JIT_<OPTION>``
         variables give the defaults (``AITUNE_JIT_DEPTH=1``, ``AITUNE_JIT_BACKENDS=inductor_jit``).
     Raises RuntimeError when a JIT run already has its model (``disable()`` first).
     """

@@ -59,9 +59,8 @@ def place(module: nn.Module, strategy: Any, executor: Any, device: torch.device)
     candidates = _defaults_built_elsewhere(device)
     if not candidates:
         return Placement(None, None, "in-process: every default candidate compiles where it serves")
-    from aitune_core.strategies.max_throughput import MaxThroughputStrategy
-
     from aitune_core.executors.isolated.subprocess_executor import SubprocessExecutor
+    from aitune_core.strategies.max_throughput import MaxThroughputStrategy
 
     names = ", ".join(blueprint.describe() for blueprint in candidates)
     child = SubprocessExecutor(threads=CHILD_THREADS, background=True)

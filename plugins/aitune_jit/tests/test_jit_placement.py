@@ -12,8 +12,8 @@ from torch import nn
 import aitune_core as ait
 from aitune_core.backends.base import Availability, Backend, BackendConfig, BuildContext
 from aitune_core.executors.isolated.subprocess_executor import SubprocessExecutor
-from aitune_core.jit import placement
 from aitune_core.testing.models import TinyMLP
+from aitune_jit import placement
 
 CPU = torch.device("cpu")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from torch import nn
 
-from aitune_core.jit.options import JitOptions
 from aitune_core.module.wrapper import Module
 from aitune_core.wrapping import matches
+from aitune_jit.options import JitOptions
 
 ROOT = ""
 """The path of the model itself."""

@@ -1,6 +1,6 @@
 """One JIT run: the model it found, the modules it wraps, and each module's way from recording to routed.
 
-Per module (see :class:`~aitune_core.jit.states.JitState`):
+Per module (see :class:`~aitune_jit.states.JitState`):
 
 1. RECORDING. The wrapper records every call, as an ``ait.Module`` does, and a hook
    counts them. At ``options.calls`` the hook claims the wrapper (later calls run
@@ -28,21 +28,21 @@ from typing import Any
 from torch import nn
 
 from aitune_core.extensions import slots
-from aitune_core.jit.first_call import FirstCallWatch
-from aitune_core.jit.live import LiveSamples, check_routes
-from aitune_core.jit.options import JitOptions
-from aitune_core.jit.root import route_root, unroute
-from aitune_core.jit.selection import ROOT, choose
-from aitune_core.jit.states import JitState, ModuleStatus
-from aitune_core.jit.store import load_result, result_path, store_result, stored
-from aitune_core.jit.trace_gate import TRACE_GATE
-from aitune_core.jit.tuning_run import tune_recorded
-from aitune_core.jit.worker import TuningWorker
 from aitune_core.log import get_logger
 from aitune_core.module.router import Route
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module, ModuleState
 from aitune_core.reporting.console import emit_block
 from aitune_core.wrapping import wrap
+from aitune_jit.first_call import FirstCallWatch
+from aitune_jit.live import LiveSamples, check_routes
+from aitune_jit.options import JitOptions
+from aitune_jit.root import route_root, unroute
+from aitune_jit.selection import ROOT, choose
+from aitune_jit.states import JitState, ModuleStatus
+from aitune_jit.store import load_result, result_path, store_result, stored
+from aitune_jit.trace_gate import TRACE_GATE
+from aitune_jit.tuning_run import tune_recorded
+from aitune_jit.worker import TuningWorker
 
 
 class JitModule:
@@ -241,8 +241,9 @@ class JitRun:
             return
         parent_path, _, attribute = module.path.rpartition(".")
         parent = model.get_submodule(parent_path) if parent_path else model
+        original = wrapper.module
         if parent._modules.get(attribute) is wrapper:
-            parent._modules[attribute] = wrapper.module
+            parent._modules[attribute] = original
         wrapper.deactivate()
         MODULE_REGISTRY.remove(wrapper)
 
