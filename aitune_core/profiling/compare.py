@@ -91,6 +91,8 @@ class BatchComparison:
     """Variants that left the race before the end, and why."""
     capped: bool = False
     """The tune's profiling cap was spent before this comparison had all it wanted."""
+    timed_s: dict[str, float] = attrs.field(factory=dict)
+    """Per variant, every second it was timed, in rounds kept or not: what profiling cost."""
 
     @property
     def rounds(self) -> dict[str, list[float]]:
@@ -297,6 +299,7 @@ def _kept(
         outliers=len(dropped),
         retaken=len(retaken),
         outrun=dict(outrun),
+        timed_s={name: sum(sum(calls) for calls in timed.values()) for name, timed in log.calls.items()},
     )
 
 

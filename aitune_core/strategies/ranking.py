@@ -112,12 +112,12 @@ def rank(
             variants, call, samples, session.profile_config, timer, gate or 0.0, deciding=deciding if gate else []
         )
         comparisons[size] = comparison
-        share = sum(comparison.calls[EAGER]) if results else 0.0
+        share = comparison.timed_s[EAGER] if results else 0.0
         for result in results:
             name = names[id(result)]
             result.sweep.append(comparison.measurement(name))
             result.speedups[samples] = comparison.speedup(name)
-            result.profile_s += sum(comparison.calls[name]) + share / len(results)
+            result.profile_s += comparison.timed_s[name] + share / len(results)
         session.eager_sweep.append(comparison.measurement(EAGER))
         budget = current_budget()
         session.log.info(
