@@ -62,3 +62,23 @@ def test_checkpoint_loads_onto_cuda(unique_name, tmp_path: Path) -> None:  # typ
     out = restored(x.cuda())
     assert out.is_cuda
     torch.testing.assert_close(out.cpu(), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_cuda_calls_are_timed_on_the_device_and_host_stalls_show_as_disturbed() -> None:
+    """Device time between events, and the host's CPU share: a host-side stall (the thread sleeping, as a
+    preempted one would) lowers the share, so the round is retaken rather than counted."""
+    import time
+
+    from aitune_core.profiling.interference import disturbed_rounds
+    from aitune_core.profiling.timer import WallClock
+    from aitune_core.validation.inputs import CallInputs
+
+    x = torch.randn(1024, 1024, device="cuda")
+    call = CallInputs("cuda", (x,), {})
+    clock = WallClock()
+    clock.warm("mm", torch.mm, CallInputs("cuda", (x, x), {}), 3)
+    quiet = [clock.time_round("mm", lambda a: a @ a, call, 1, 4) for _ in range(6)]
+    stalled = clock.time_round("mm", lambda a: (time.sleep(0.02), a @ a)[1], call, 1, 4)
+    assert all(t > 0 for r in quiet for t in r.latencies)
+    shares = {"mm": {i: r.cpu_share for i, r in enumerate([*quiet, stalled])}}
+    assert set(disturbed_rounds(shares, threshold=0.85)) == {len(quiet)}

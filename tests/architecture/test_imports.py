@@ -151,8 +151,10 @@ def test_nothing_below_the_plugin_layer_imports_it() -> None:
 
 
 REPOSITORY = Path(__file__).resolve().parents[2]
+FEATURE_DISTRIBUTIONS = {"aitune_jit"}
+"""Distributions above the engine (a way of running ``tune``), not backend plugins: they use the core's API."""
 BACKEND_PLUGINS = [
-    *sorted((REPOSITORY / "plugins").glob("aitune_*/aitune_*")),
+    *sorted(p for p in (REPOSITORY / "plugins").glob("aitune_*/aitune_*") if p.name not in FEATURE_DISTRIBUTIONS),
     *sorted((REPOSITORY / "examples").glob("aitune_*/aitune_*")),
 ]
 PLUGIN_SURFACE = (f"{PACKAGE}.plugin_api", f"{PACKAGE}.testing")
