@@ -226,8 +226,13 @@ def _race(
     gate: float,
     outrun: dict[str, str],
 ) -> list[Variant]:
-    """``active`` without the variants that can no longer win: slower than the reference, or than the best."""
+    """``active`` without the variants that can no longer win: slower than the reference, or than the best.
+
+    Variants that are not judged (eager itself as a candidate, timed for the table) leave
+    too: they have their interval, and more rounds of them decide nothing.
+    """
     still = _racing(active, judged)
+    active = [v for v in active if v.name == reference or v.name in still]
     slower = {n for n in still if gate > 0 and kept.speedup(n).verdict(gate) == "slower"}
     contenders = [n for n in still if n not in slower]
     for name in slower:
