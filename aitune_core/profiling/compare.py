@@ -190,10 +190,12 @@ def compare(
         if budget is not None and budget.exhausted and count >= least:
             capped = count < need or any(kept.speedup(n).verdict(gate) == "undecided" for n in _racing(active, judged))
             break
-        if count < need or count == looked:  # a retaken round: nothing new to judge
+        if count < least or count == looked:  # a retaken round: nothing new to judge
             continue
         looked = count
-        active = _race(kept, active, judged, reference, gate, outrun)
+        active = _race(kept, active, judged, reference, gate, outrun)  # from the first interval on
+        if count < need:
+            continue
         still = _racing(active, judged)
         if log.spent < config.min_time_s:
             continue

@@ -150,9 +150,11 @@ def test_the_faster_backend_wins_and_the_trap_never_does_under_bursty_load(load)
 
 
 def test_a_quiet_machine_needs_no_retakes_and_stops_at_the_first_look():
-    chosen, comparison, _ = run(0, Bursts(idle_s=(1e6, 1e6)))
+    chosen, comparison, timer = run(0, Bursts(idle_s=(1e6, 1e6)))
     assert chosen == "fast" and comparison.retaken == 0
     assert comparison.round_count == ProfileConfig().min_rounds
+    # the trap leaves the race at the first interval (5 rounds), and its rounds go to the others
+    assert "trap" in comparison.outrun and timer.timed["trap"] == 1 + 5 < timer.timed[EAGER]
 
 
 def test_a_far_faster_backend_is_measured_until_decided():
