@@ -359,9 +359,10 @@ def _trap_job(job: dict[str, Any]) -> dict[str, Any]:
             else:
                 backend = fast_trap(keep=0.9)
             wrapped = ait.Module(model, f"selection-trap-{kind}-{index}")
-            report = ait.tune(
-                wrapped, samples, batch_sizes=sizes, strategy=ait.MaxThroughputStrategy([backend], profile=profile)
-            )
+            with bursty_neighbours(seed=index) if job.get("load") else contextlib.nullcontext():
+                report = ait.tune(
+                    wrapped, samples, batch_sizes=sizes, strategy=ait.MaxThroughputStrategy([backend], profile=profile)
+                )
             row = next(c for g in report.graphs for c in g.candidates if c.backend == backend.describe())
             outcomes[kind].append(
                 {
@@ -581,7 +582,13 @@ def _model_results(spec: ModelSpec, runs: list[dict[str, Any]], table: list[dict
 
 def traps(options: Options, work: Path) -> list[Result]:
     count = options.rounds(20, 3)
-    job = {"kind": "trap", "runs": count, "threads": options.threads, "cache_dir": str(work / "aitune")}
+    job = {
+        "kind": "trap",
+        "runs": count,
+        "threads": options.threads,
+        "cache_dir": str(work / "aitune"),
+        "load": load_wanted(),
+    }
     started = time.perf_counter()
     outcome, _ = _spawn(job)
     _say(f"traps: {count} runs each ({time.perf_counter() - started:.0f} s)")
