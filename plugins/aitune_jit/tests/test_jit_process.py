@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from jit_helpers import installed_startup_hook
 
-import aitune_jit
 from aitune_core.testing.child_process import env_with_sources
 
 SCRIPT = """
@@ -95,7 +94,7 @@ def test_without_aitune_jit_the_startup_line_does_nothing(tmp_path: Path) -> Non
 
 
 def test_the_startup_line_never_stops_the_interpreter() -> None:
-    pth = (Path(aitune_jit.__file__).parent / "aitune_jit.pth").read_text()
+    pth = installed_startup_hook().read_text()
     environ = {**env_with_sources(), "AITUNE_JIT": "1", "PYTHONPATH": ""}
     # aitune_jit cannot be found: one line on stderr, and the program runs.
     code = f"import importlib.util as u; u.find_spec = lambda name: None\n{pth}\nprint('still running')"
