@@ -10,12 +10,12 @@ the data when it is shorter than the batch.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
+from aitune_core.config import env_text
 from aitune_core.metadata.containers import CONTAINERS
 
 
@@ -95,7 +95,7 @@ MAX_BATCH_SIZE_VARIABLE = "AITUNE_MAX_BATCH_SIZE"
 
 def max_batch_size() -> int:
     """:data:`MAX_BATCH_SIZE`, or the whole number in ``AITUNE_MAX_BATCH_SIZE``."""
-    text = os.environ.get(MAX_BATCH_SIZE_VARIABLE, "").strip()
+    text = env_text(MAX_BATCH_SIZE_VARIABLE)
     if not text:
         return MAX_BATCH_SIZE
     if not text.isdigit() or int(text) < 1:
