@@ -1,24 +1,60 @@
-"""Process-wide settings, read as ``aitune_core.config.<name>``.
+"""Process-wide settings, read as ``aitune_core.config.<name>``, and the ``AITUNE_*`` environment.
 
 Values are checked when they are set, so a typo'd value fails at the assignment that
 made it rather than deep inside a tuning run.
+
+Every ``AITUNE_*`` variable is read here (:func:`env_text`, :func:`env_flag`), so each
+is parsed one way and a wrong value is refused with its name: ``AITUNE_CACHE_DIR``,
+``AITUNE_EXECUTOR`` and ``AITUNE_ALLOW_LOSSY`` (defaults of the settings below),
+``AITUNE_MAX_BATCH_SIZE`` (``data``), ``AITUNE_LOG_LEVEL`` and ``AITUNE_LOG_FORMAT``
+(``log``), ``AITUNE_PLUGINS``, ``AITUNE_DISABLED_PLUGINS`` and ``AITUNE_STRICT_PLUGINS``
+(``plugins.loader``), and the ``aitune-jit`` distribution's ``AITUNE_JIT_<OPTION>``
+(``aitune_jit.options``). The one exception is ``AITUNE_JIT`` itself:
+``aitune_jit/startup.py`` reads it at interpreter start, before anything of aitune may
+be imported.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
 if TYPE_CHECKING:
-    from aitune_core.executors.base import Executor
     from aitune_core.profiling.timer import Timer
+
+_TRUE_TEXT = ("1", "true", "yes", "on")
+_FALSE_TEXT = ("", "0", "false", "no", "off")
+
+
+def env_text(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """The value of the environment variable ``name``, stripped; "" when it is unset.
+
+    environ: where to read instead of ``os.environ`` (tests, a child's environment).
+    """
+    return (os.environ if environ is None else environ).get(name, "").strip()
+
+
+def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """A yes/no variable (see :func:`parse_flag`); unset or empty is no."""
+    return parse_flag(name, env_text(name, environ))
+
+
+def parse_flag(name: str, text: str) -> bool:
+    """``1/true/yes/on`` or ``0/false/no/off``, in any case; anything else is a ValueError naming ``name``."""
+    value = text.strip().lower()
+    if value in _TRUE_TEXT:
+        return True
+    if value in _FALSE_TEXT:
+        return False
+    raise ValueError(f"{name} must be 1 or 0 (or true/false, yes/no, on/off), got {text!r}")
 
 
 def _default_cache_dir() -> Path:
-    env = os.environ.get("AITUNE_CACHE_DIR")
+    env = env_text("AITUNE_CACHE_DIR")
     if env:
         return Path(env)
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "aitune"
@@ -42,20 +78,11 @@ def _to_path(value: Any) -> Path:
 
 
 def _default_executor() -> str:
-    return os.environ.get("AITUNE_EXECUTOR") or "inprocess"
-
-
-_TRUE_TEXT = ("1", "true", "yes", "on")
-_FALSE_TEXT = ("", "0", "false", "no", "off")
+    return env_text("AITUNE_EXECUTOR") or "inprocess"
 
 
 def _default_allow_lossy() -> bool:
-    value = os.environ.get("AITUNE_ALLOW_LOSSY", "").strip().lower()
-    if value in _TRUE_TEXT:
-        return True
-    if value in _FALSE_TEXT:
-        return False
-    raise ValueError(f"AITUNE_ALLOW_LOSSY must be 1 or 0 (or true/false, yes/no, on/off), got {value!r}")
+    return env_flag("AITUNE_ALLOW_LOSSY")
 
 
 def _boolean(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -83,16 +110,33 @@ def _is_a(value: Any, module: str, name: str) -> bool:
     return any(cls.__module__ == module and cls.__qualname__ == name for cls in type(value).__mro__)
 
 
-def _executor_choice(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if _is_a(value, "aitune_core.executors.base", "Executor"):
-        return
-    from aitune_core.names import is_valid_name
+_accepted: dict[str, type] = {}
+"""``setting -> base class`` of the objects a setting takes besides a name (see :func:`accept_instances`)."""
 
-    if not is_valid_name(value):
-        raise ValueError(
-            f"config.{attribute.name} must be an executor name such as 'inprocess', 'subprocess' or 'ray', "
-            f"or an Executor instance, got {value!r}"
-        )
+
+def accept_instances(setting: str, base: type) -> None:
+    """Let ``config.<setting>`` hold instances of ``base`` as well as a name; the module defining ``base`` calls it.
+
+    Settings sit below every other layer, so they never import nor name the types they
+    take. No instance of ``base`` can exist before its module has run, so the check is
+    in place before any value it has to accept.
+    """
+    _accepted[setting] = base
+
+
+def _name_or_accepted(what: str) -> Any:
+    """A validator: a lowercase name (resolved when used, as plugins load late), or an accepted instance."""
+
+    def check(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        base = _accepted.get(attribute.name)
+        if base is not None and isinstance(value, base):
+            return
+        from aitune_core.names import is_valid_name
+
+        if not is_valid_name(value):
+            raise ValueError(f"config.{attribute.name} must be {what}, got {value!r}")
+
+    return check
 
 
 def _timer_choice(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -119,8 +163,9 @@ class Config:
         graph eager and goes on; ``"raise"`` stops the tuning.
     executor: where candidates are built, validated and profiled: ``"inprocess"`` (the
         default, read from ``AITUNE_EXECUTOR`` when set), ``"subprocess"``, a name a plugin
-        registers (``"ray"``), or an :class:`~aitune_core.executors.Executor` instance.
-        Names are checked when tuning starts, since plugins load only then.
+        registers (``"ray"``), or an executor object (the executors package lets this
+        setting take its instances). Names are resolved when tuning starts, since
+        plugins load only then.
     allow_lossy: let strategies try the plugins' default candidates that change the numbers
         on purpose (quantization, reduced precision: ``Backend.lossy``). Off unless
         ``AITUNE_ALLOW_LOSSY=1``, so that a user who asked for nothing gets eager's numbers.
@@ -154,7 +199,10 @@ class Config:
     on_all_candidates_failed: Literal["eager", "raise"] = attrs.field(
         default="eager", validator=_one_of("eager", "raise")
     )
-    executor: str | Executor = attrs.field(factory=_default_executor, validator=_executor_choice)
+    executor: Any = attrs.field(
+        factory=_default_executor,
+        validator=_name_or_accepted("an executor name such as 'inprocess', 'subprocess' or 'ray', or an executor"),
+    )
     allow_lossy: bool = attrs.field(factory=_default_allow_lossy, validator=_boolean)
     timer: Timer | None = attrs.field(default=None, validator=lambda *args: _timer_choice(*args))
     partition: bool = attrs.field(default=False, validator=_boolean)

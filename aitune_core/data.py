@@ -10,12 +10,12 @@ the data when it is shorter than the batch.
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
+from aitune_core.config import env_text
 from aitune_core.metadata.containers import CONTAINERS
 
 
@@ -23,20 +23,60 @@ class DatasetError(ValueError):
     """The dataset or batch sizes given to ``tune`` cannot be used."""
 
 
+DATASET_FORMS = (
+    "a list (or other sequence) of unbatched samples, a torch Dataset, an iterable that yields samples, "
+    "or one tensor whose first axis holds the samples"
+)
+"""What ``tune`` accepts as a dataset, as every refusal names it."""
+
+
 def as_sample_list(dataset: Any) -> list[Any]:
+    """The dataset's samples, in order; a :class:`DatasetError` that names the accepted forms otherwise."""
     if isinstance(dataset, torch.Tensor):
         if dataset.dim() == 0:
             raise DatasetError("a single tensor dataset needs at least one axis: its first axis holds the samples")
         samples = list(dataset.unbind(0))
-    elif isinstance(dataset, (str, bytes)):
-        raise DatasetError(f"dataset must be a sequence of samples, got {type(dataset).__name__}")
-    elif isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__len__"):
-        samples = list(dataset)
-    else:
+    elif isinstance(dataset, (str, bytes, Mapping)):
+        raise DatasetError(f"a dataset is {DATASET_FORMS}; got {_not_a_dataset(dataset)}")
+    elif _indexable(dataset) and not isinstance(dataset, torch.utils.data.IterableDataset):
         samples = [dataset[index] for index in range(len(dataset))]
+    else:
+        samples = _read_all(dataset)
     if not samples:
-        raise DatasetError("the dataset is empty; tune needs at least one sample of real input data")
+        raise DatasetError(
+            f"the dataset is empty; tune needs at least one sample of real input data. A dataset is {DATASET_FORMS}"
+        )
     return samples
+
+
+def _read_all(dataset: Any) -> list[Any]:
+    """Every sample an iterable yields; ``iter()`` also takes a map-style Dataset without ``__len__``."""
+    try:
+        iterator = iter(dataset)
+    except TypeError:
+        raise DatasetError(f"a dataset is {DATASET_FORMS}; got {_not_a_dataset(dataset)}") from None
+    samples = list(iterator)
+    if not samples and iterator is dataset:
+        raise DatasetError(
+            f"the dataset ({type(dataset).__name__}) yielded no samples: an iterator or generator is used up "
+            "by one pass (one read before tune leaves nothing). Make a new one for each call, or pass a list"
+        )
+    return samples
+
+
+def _indexable(dataset: Any) -> bool:
+    return hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")
+
+
+def _not_a_dataset(dataset: Any) -> str:
+    if dataset is None:
+        return "None. Pass real input data to tune on, e.g. tune(model, [sample_1, sample_2])"
+    if isinstance(dataset, Mapping):
+        return (
+            f"a {type(dataset).__name__}: a dict is one sample, of keyword arguments. "
+            "Pass a list of them, one dict a sample"
+        )
+    return f"{type(dataset).__name__}. Put the samples in a list, one sample an item"
 
 
 MAX_BATCH_SIZE = 1 << 20
@@ -55,7 +95,7 @@ MAX_BATCH_SIZE_VARIABLE = "AITUNE_MAX_BATCH_SIZE"
 
 def max_batch_size() -> int:
     """:data:`MAX_BATCH_SIZE`, or the whole number in ``AITUNE_MAX_BATCH_SIZE``."""
-    text = os.environ.get(MAX_BATCH_SIZE_VARIABLE, "").strip()
+    text = env_text(MAX_BATCH_SIZE_VARIABLE)
     if not text:
         return MAX_BATCH_SIZE
     if not text.isdigit() or int(text) < 1:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sys
 import threading
 from collections.abc import Iterator, MutableMapping
 from typing import Any
+
+from aitune_core.config import env_text
 
 _listeners: list[list[dict[str, Any]]] = []
 _lock = threading.Lock()
@@ -47,9 +48,14 @@ class _CurrentStderr:
 
 
 def _level() -> int:
-    name = os.environ.get("AITUNE_LOG_LEVEL", "info").upper()
+    name = (env_text("AITUNE_LOG_LEVEL") or "info").upper()
     value = logging.getLevelName(name)
     return value if isinstance(value, int) else logging.INFO
+
+
+def json_output() -> bool:
+    """Whether events are JSON objects, one a line (``AITUNE_LOG_FORMAT=json``), rather than text for people."""
+    return env_text("AITUNE_LOG_FORMAT").lower() == "json"
 
 
 def level_enabled(level: int) -> bool:
@@ -60,13 +66,12 @@ def level_enabled(level: int) -> bool:
 def _build() -> Any:
     import structlog  # imported on first log call, keeping `import aitune_core` light
 
-    json_output = os.environ.get("AITUNE_LOG_FORMAT", "").lower() == "json"
     processors: list[Any] = [
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="%Y-%m-%d %H:%M:%S", utc=False),
         _to_listeners,
     ]
-    if json_output:
+    if json_output():
         processors += [structlog.processors.dict_tracebacks, structlog.processors.JSONRenderer()]
     else:
         processors.append(structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), pad_event_to=0))

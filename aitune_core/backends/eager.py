@@ -29,6 +29,16 @@ class TorchEagerBackendConfig(BackendConfig):
     autocast_dtype: torch.dtype = attrs.field(default=torch.float16, validator=floating_dtype)
 
 
+def is_plain_eager(backend: object) -> bool:
+    """Whether ``backend`` runs the module's own forward unchanged: serving it is serving eager.
+
+    Strategies time it for the table but never pick it, routes send its batches to the
+    module itself, and partitioning counts such a child as not tuned. Eager under
+    autocast changes the numbers, so it is a candidate like any other.
+    """
+    return isinstance(backend, TorchEagerBackend) and not backend.config.autocast_enabled  # type: ignore[attr-defined]
+
+
 class TorchEagerBackend(Backend):
     name = "eager"
     config_class = TorchEagerBackendConfig

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
+from aitune_core.config import accept_instances
+
 if TYPE_CHECKING:
     from aitune_core.backends.base import Backend
     from aitune_core.strategies.candidates import CandidateResult, GraphSession
@@ -128,3 +130,6 @@ class Executor(abc.ABC):
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+accept_instances("executor", Executor)  # config.executor = SubprocessExecutor(...) as well as a name

@@ -8,44 +8,21 @@ and it can be written to a checkpoint. It captures:
 * for each tensor: rank, dtype and device type. Sizes are *not* in the key: tensors of
   one rank with other sizes share a graph, whose spec tracks the ranges;
 * in strict mode, the value of every non-tensor leaf: ``mode="train"`` and
-  ``mode="eval"`` are different graphs. Objects with no value semantics are keyed by
-  their type only, so a fresh instance per call does not create a graph per call.
+  ``mode="eval"`` are different graphs (:func:`~aitune_core.metadata.leaf_key.leaf_value_key`,
+  the rule :class:`SampleMetadata` equality uses too).
 
 This runs on every tuned call, so it avoids locators and allocates little.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Hashable
 from typing import Any
 
 import torch
 
 from aitune_core.metadata.containers import CONTAINERS
-
-_PRIMITIVES = (bool, int, float, str, bytes, type(None))
-_type_names: dict[type, str] = {}
-
-
-def type_name(cls: type) -> str:
-    name = _type_names.get(cls)
-    if name is None:
-        name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-        _type_names[cls] = name
-    return name
-
-
-def leaf_value_key(value: Any) -> Hashable:
-    """The key of a non-tensor leaf in strict mode."""
-    cls = type(value)
-    if cls in _PRIMITIVES:
-        return ("V", cls.__name__, value)
-    if isinstance(value, enum.Enum):
-        return ("V", type_name(cls), value.name)
-    if isinstance(value, (torch.dtype, torch.device)):
-        return ("V", type_name(cls), str(value))
-    return ("O", type_name(cls))
+from aitune_core.metadata.leaf_key import leaf_value_key, type_name
 
 
 def value_key(value: Any, strict: bool) -> Hashable:

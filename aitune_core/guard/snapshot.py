@@ -29,20 +29,39 @@ VERSION = 0
 
 
 def fingerprint(tensor: torch.Tensor) -> Fingerprint:
-    """What a tensor looks like from outside, without reading its data."""
+    """What a tensor looks like from outside, without reading its data.
+
+    The one fingerprint of a tensor in aitune: the guard compares it around every step,
+    a tuned module's staleness check keeps its version and storage parts, and the load
+    test guard its storage parts.
+    """
+    try:  # the common case in one step: a snapshot's cost is mostly this
+        return tensor._version, tensor.data_ptr(), tensor.dtype, tensor.device, tensor.shape, tensor.stride()
+    except RuntimeError:
+        return version_of(tensor), storage_of(tensor), tensor.dtype, tensor.device, tensor.shape, _strides(tensor)
+
+
+def version_of(tensor: torch.Tensor) -> int | None:
+    """The counter that every in-place write through the tensor moves; None for inference tensors."""
     try:
-        version: int | None = tensor._version
+        return tensor._version
     except RuntimeError:  # inference tensors keep no version counter
-        version = None
+        return None
+
+
+def storage_of(tensor: torch.Tensor) -> int | None:
+    """The address of the tensor's data; None for tensor subclasses without storage of their own."""
     try:
-        pointer: int | None = tensor.data_ptr()
-    except RuntimeError:  # tensor subclasses without storage of their own
-        pointer = None
+        return tensor.data_ptr()
+    except RuntimeError:
+        return None
+
+
+def _strides(tensor: torch.Tensor) -> tuple[int, ...] | None:
     try:
-        strides: tuple[int, ...] | None = tensor.stride()
+        return tensor.stride()
     except RuntimeError:  # sparse layouts
-        strides = None
-    return version, pointer, tensor.dtype, tensor.device, tensor.shape, strides
+        return None
 
 
 def same_storage(first: Fingerprint, second: Fingerprint) -> bool:

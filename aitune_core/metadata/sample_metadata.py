@@ -4,17 +4,24 @@ It is built from one call, widened with :meth:`SampleMetadata.update_shapes_seen
 more calls of the same graph arrive, and then tells backends which axes are batch
 axes, which are dynamic, and the range of every size. It can also manufacture inputs
 at another batch size or at the extremes of the ranges it has seen.
+
+Two metadata are equal (and hash alike) when their calls belong to one graph, as the
+graph key (:mod:`aitune_core.graphs.keying`) decides it: the same tensor paths, ranks
+and dtypes, and in strict mode the same non-tensor values; sizes, and the order in
+which parameters were given, do not count. Widening never changes that identity, so
+metadata can key a dict while it learns shapes.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any, Literal
 
 import attrs
 import torch
 
+from aitune_core.metadata.leaf_key import leaf_value_key
 from aitune_core.metadata.locator import Locator, map_leaves, walk_inputs, walk_outputs
 from aitune_core.metadata.resize import resize
 from aitune_core.metadata.tables import (
@@ -111,6 +118,29 @@ class SampleMetadata:
             self.is_output,
             self.num_samples,
         )
+
+    # ------------------------------------------------------------------ identity
+    def graph_identity(self) -> Hashable:
+        """What places these calls in one graph: the graph key's view of what this metadata holds.
+
+        Per parameter (in any order), the path, rank and dtype of each tensor in the
+        order met, and the key of each non-tensor value (kept in strict mode only).
+        """
+        roots: dict[str | None, tuple[list[Hashable], list[Hashable]]] = {}
+        for locator, spec in self.tensor_data:
+            roots.setdefault(locator.root, ([], []))[0].append((locator.keys, spec.rank, spec.dtype))
+        for locator, value in self.other_data:
+            roots.setdefault(locator.root, ([], []))[1].append((locator.keys, leaf_value_key(value)))
+        parts = frozenset((root, tuple(tensors), tuple(others)) for root, (tensors, others) in roots.items())
+        return (self.is_output, parts)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SampleMetadata):
+            return NotImplemented
+        return self is other or self.graph_identity() == other.graph_identity()
+
+    def __hash__(self) -> int:
+        return hash(self.graph_identity())
 
     # ------------------------------------------------------------------ learning
     def update_shapes_seen(self, other: SampleMetadata) -> None:

@@ -14,9 +14,10 @@ from aitune_core.config import config
 from aitune_core.context import current_batch_size
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
-from aitune_core.graphs.keying import graph_key, leaf_value_key
+from aitune_core.graphs.keying import graph_key
 from aitune_core.log import get_logger
 from aitune_core.metadata.copies import owned_copy
+from aitune_core.metadata.leaf_key import leaf_value_key
 from aitune_core.metadata.locator import Locator
 from aitune_core.metadata.sample_metadata import SampleMetadata
 

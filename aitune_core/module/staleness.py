@@ -49,6 +49,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from aitune_core.guard.snapshot import storage_of, version_of
+
 CHECK_EVERY = 64
 """Routed calls between two full checks when no hook has fired."""
 
@@ -90,20 +92,6 @@ GRAD_CHANGE = Change(
 def _listed(names: list[str]) -> str:
     shown = ", ".join(names[:_MAX_NAMED])
     return f"{shown} and {len(names) - _MAX_NAMED} more" if len(names) > _MAX_NAMED else shown
-
-
-def _version(tensor: torch.Tensor) -> int | None:
-    try:
-        return tensor._version
-    except RuntimeError:  # inference tensors keep no version counter
-        return None
-
-
-def _pointer(tensor: torch.Tensor) -> int | None:
-    try:
-        return tensor.data_ptr()
-    except RuntimeError:  # tensor subclasses without storage of their own
-        return None
 
 
 class _Touch:
@@ -156,8 +144,9 @@ class _Baseline:
             for key, tensor in itertools.chain(module._parameters.items(), module._buffers.items()):
                 if tensor is not None and id(tensor) not in tensors:
                     tensors[id(tensor)] = (f"{path}.{key}" if path else key, tensor)
-        versioned = [(name, t) for name, t in tensors.values() if _version(t) is not None]
-        pointed = [(name, t) for name, t in tensors.values() if _pointer(t) is not None]
+        # The version and storage parts of the guard's fingerprint, read below without its checks.
+        versioned = [(name, t) for name, t in tensors.values() if version_of(t) is not None]
+        pointed = [(name, t) for name, t in tensors.values() if storage_of(t) is not None]
         self.versioned_names = [name for name, _ in versioned]
         self.versioned = [t for _, t in versioned]
         self.pointed_names = [name for name, _ in pointed]

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from aitune_core.backends.base import Backend, BackendConfig, BuildContext
-from aitune_core.backends.eager import TorchEagerBackend
+from aitune_core.backends.eager import is_plain_eager
 from aitune_core.backends.state import BackendState
 from aitune_core.config import config
 from aitune_core.graphs.forward_signature import ForwardSignature
@@ -87,10 +87,6 @@ class Part:
         if len(self.graphs) > 1 and self.reason:
             served.append(f"other calls eager ({self.reason})")
         return PartitionNode(self.path, ", ".join(dict.fromkeys(served)), self.share, children)
-
-
-def is_plain_eager(backend: Any) -> bool:
-    return isinstance(backend, TorchEagerBackend) and not backend.config.autocast_enabled  # type: ignore[attr-defined]
 
 
 class ChildRouter:

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from aitune_core.backends.base import Backend, BuildContext
+from aitune_core.backends.eager import is_plain_eager
 from aitune_core.config import config
 from aitune_core.executors.base import Executor
 from aitune_core.extensions import slots
@@ -31,7 +32,7 @@ from aitune_core.guard import ModuleGuard
 from aitune_core.log import get_logger
 from aitune_core.module.recorder import GraphRecord
 from aitune_core.module.router import Route
-from aitune_core.partition.backend import ChildGraph, Part, PartitionBackend, is_plain_eager
+from aitune_core.partition.backend import ChildGraph, Part, PartitionBackend
 from aitune_core.partition.children import Child, replay_children
 from aitune_core.reporting.summary import GraphReport, TuneReport
 from aitune_core.strategies.base import TuneStrategy

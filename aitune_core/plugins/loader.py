@@ -19,7 +19,6 @@ The built-in plugin cannot be blocked: the eager baseline must always exist.
 from __future__ import annotations
 
 import importlib
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 import attrs
 
 from aitune_core._version import __version__
+from aitune_core.config import env_flag, env_text
 from aitune_core.plugins.api import ENTRY_POINT_GROUP
 
 CORE_DISTRIBUTION = "aitune-core"
@@ -127,8 +127,7 @@ class Selection:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Selection:
-        environ = os.environ if environ is None else environ
-        return cls(_names(environ.get(ALLOW_ENV)), _names(environ.get(BLOCK_ENV)) or frozenset())
+        return cls(_names(env_text(ALLOW_ENV, environ)), _names(env_text(BLOCK_ENV, environ)) or frozenset())
 
     def refusal(self, source: PluginSource) -> str | None:
         """Why ``source`` must not load, or None when it may."""
@@ -143,8 +142,7 @@ class Selection:
 
 
 def strict_from_env(environ: Mapping[str, str] | None = None) -> bool:
-    environ = os.environ if environ is None else environ
-    return environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return env_flag(STRICT_ENV, environ)
 
 
 def all_sources(paths: Sequence[str | Path] | None = None) -> list[PluginSource]:

@@ -8,17 +8,16 @@ one event with the text in it.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
-from aitune_core.log import get_logger, level_enabled
+from aitune_core.log import get_logger, json_output, level_enabled
 
 
 def emit_block(title: str, text: str, level: int = logging.INFO, **context: object) -> None:
     if not level_enabled(level):
         return
     logger = get_logger(**context)
-    if os.environ.get("AITUNE_LOG_FORMAT", "").lower() == "json":
+    if json_output():
         logger.log(level, title, text=text)
         return
     print(f"{title}:\n{text}", file=sys.stderr, flush=True)

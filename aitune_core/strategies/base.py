@@ -27,7 +27,7 @@ from typing import ClassVar
 import torch
 
 from aitune_core.backends.base import Availability, Backend
-from aitune_core.backends.eager import TorchEagerBackend
+from aitune_core.backends.eager import TorchEagerBackend, is_plain_eager
 from aitune_core.backends.tolerances import Tolerances
 from aitune_core.executors.base import CandidateTask, Executor, PendingCandidate
 from aitune_core.graphs.forward_signature import ForwardSignature
@@ -502,11 +502,7 @@ def _eager_reason(ranking: Ranking, segments: list[Segment], results: list[Candi
 
 def _never_wins(result: CandidateResult) -> bool:
     """Plain eager as a candidate is timed for the table, but serving it is serving eager."""
-    return _is_plain_eager(result.instance or result.blueprint)
-
-
-def _is_plain_eager(backend: Backend | None) -> bool:
-    return isinstance(backend, TorchEagerBackend) and not backend.config.autocast_enabled  # type: ignore[attr-defined]
+    return is_plain_eager(result.instance or result.blueprint)
 
 
 def _plugin_defaults(device: torch.device, allow_lossy: bool) -> list[tuple[Backend, Availability]]:

@@ -14,12 +14,15 @@ import pytest
 import torch
 from torch import nn
 
+from aitune_core.guard.snapshot import fingerprint as tensor_fingerprint
+from aitune_core.guard.snapshot import same_storage
+
 
 def fingerprint(model: nn.Module) -> dict[str, Any]:
     """Everything a load could change: tensors (objects, storage and values), modes, the module tree."""
     return {
         "state": {
-            name: (id(tensor), tensor.data_ptr(), tensor.detach().clone())
+            name: (id(tensor), tensor_fingerprint(tensor), tensor.detach().clone())
             for name, tensor in model.state_dict(keep_vars=True).items()
         },
         "modes": [(name, module.training) for name, module in model.named_modules()],
@@ -33,9 +36,9 @@ def assert_unchanged(before: dict[str, Any], after: dict[str, Any]) -> None:
     assert before["types"] == after["types"], "a failed load changed the module tree"
     assert before["modules"] == after["modules"], "a failed load replaced submodules"
     assert before["state"].keys() == after["state"].keys(), "a failed load changed the state dict's keys"
-    for name, (identity, pointer, values) in before["state"].items():
-        identity_after, pointer_after, values_after = after["state"][name]
-        assert (identity, pointer) == (identity_after, pointer_after), f"a failed load replaced {name}"
+    for name, (identity, seen, values) in before["state"].items():
+        identity_after, seen_after, values_after = after["state"][name]
+        assert identity == identity_after and same_storage(seen, seen_after), f"a failed load replaced {name}"
         if values.device.type != "meta":
             torch.testing.assert_close(values, values_after, rtol=0, atol=0, msg=f"a failed load changed {name}")
 

@@ -105,6 +105,30 @@ class HangBackend(_CopyBackend):
         time.sleep(self.config.sleep_s)  # type: ignore[attr-defined]
 
 
+@attrs.frozen
+class ExitConfig(BackendConfig):
+    status: int = 0
+    signal: int = 0
+
+
+class ExitBackend(_CopyBackend):
+    """Its build ends the process, with ``status`` or by ``signal``, before any answer is written.
+
+    A backend that calls ``sys.exit(0)`` from a compiler's error path, or a library that
+    exits its host on a fatal error, does this.
+    """
+
+    name = "test_exec_exit"
+    config_class = ExitConfig
+
+    def _build(self, context: BuildContext) -> None:
+        config: ExitConfig = self.config  # type: ignore[assignment]
+        if config.signal:
+            os.kill(os.getpid(), config.signal)
+            time.sleep(60)
+        os._exit(config.status)
+
+
 class GreedyBackend(_CopyBackend):
     """Its build asks for far more memory than any limit allows."""
 

@@ -5,6 +5,7 @@ Each child imports torch (a second or two), so candidates share few, parallel ru
 
 from __future__ import annotations
 
+import signal
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from executor_backends import (
     FAST_PROFILE,
     AbortBackend,
     ArtifactBackend,
+    ExitBackend,
     FastBackend,
     GreedyBackend,
     HangBackend,
@@ -76,6 +78,25 @@ def test_abort_hang_and_out_of_memory_are_failed_rows_and_the_rest_is_tuned(uniq
     assert all(e["worker"].endswith(f"@{host}") for e in failed)
     summary = report.summary()
     assert "Worker" in summary and aborted.worker in summary
+
+
+def test_a_worker_that_exits_before_answering_says_how_it_ended(unique_name: Callable[..., str]) -> None:
+    # Status 0 mid-build used to leave the row the worker writes as each stage starts,
+    # which has no reason: the summary showed a failed build and nothing else.
+    module = ait.Module(SlowableMLP().eval(), unique_name())
+    exits = [ExitBackend(status=0), ExitBackend(status=5), ExitBackend(signal=int(signal.SIGTERM))]
+    strategy = MaxThroughputStrategy([*exits, TorchEagerBackend()], profile=FAST_PROFILE)
+    executor = SubprocessExecutor(workers=2, timeout_s=TIMEOUT_S, memory_limit_mb=None)
+    report = ait.tune(module, samples(), batch_sizes=[1, 2], strategy=strategy, executor=executor)
+
+    rows = [row for row in report.graphs[0].candidates if row.backend.startswith("ExitBackend")]
+    assert [(row.status, row.stage) for row in rows] == [("failed", "build")] * 3
+    assert [row.reason for row in rows] == [
+        "worker exited with status 0 before writing a result",
+        "worker exited with status 5 before writing a result",
+        "killed by SIGTERM",
+    ]
+    assert module.backends["0"].state is BackendState.ACTIVE  # eager passed, and serves
 
 
 # Registers the test backends by name, as an installed plugin would: the child finds them through

@@ -132,11 +132,11 @@ class SubprocessExecutor(RemoteExecutor):
         job: _Job = handle
         folder = Path(tempfile.mkdtemp(prefix="candidate-", dir=job.folder))
         (folder / "candidate.json").write_text(json.dumps(candidate))
-        log_path, answer_path = folder / "child.log", folder / "answer.json"
+        log_path, answer_path, stage_path = folder / "child.log", folder / "answer.json", folder / "stage"
         command = [self.python, "-m", "aitune_core.executors.isolated.worker", str(job.folder)]
         with log_path.open("wb") as log:
             child = subprocess.Popen(
-                [*command, str(folder / "candidate.json"), str(answer_path)],
+                [*command, str(folder / "candidate.json"), str(answer_path), str(stage_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -155,14 +155,15 @@ class SubprocessExecutor(RemoteExecutor):
             _kill_group(child)  # its helpers: compiler workers, servers, whatever it started
             code = child.wait()
         tail = output_tail(log_path)
-        # The child's answer, or the failed row it wrote as each stage started if it died on the way.
-        answer = Answer.from_json(answer_path.read_text()) if answer_path.is_file() else Answer.failed("start", "")
         if stopped is None and code == 0 and answer_path.is_file():
+            answer = Answer.from_json(answer_path.read_text())
             if answer.result.status == "failed":
                 answer.result.log_tail = tail or answer.result.log_tail
             return answer
+        # No answer: the child ended (or was stopped) at the stage it recorded last.
+        stage = _read_text(stage_path) or "start"
         reason = stopped or self._reason(code, job.cancelled, tail)
-        return Answer.failed(answer.result.stage, reason, f"{child.pid}@{socket.gethostname()}", tail)
+        return Answer.failed(stage, reason, f"{child.pid}@{socket.gethostname()}", tail)
 
     def _watch(self, child: subprocess.Popen[bytes]) -> str | None:
         """Wait until the child ends, or stop it at its time or memory limit and say why.
@@ -192,7 +193,7 @@ class SubprocessExecutor(RemoteExecutor):
         if code < 0:
             name = _signal_name(-code)
             return f"killed by {name}" + (" (the system may have run out of memory)" if name == "SIGKILL" else "")
-        return f"child exited with status {code} before writing a result"
+        return f"worker exited with status {code} before writing a result"
 
     def cancel(self, handle: Any) -> None:
         job: _Job = handle
@@ -254,6 +255,13 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def output_tail(path: Path, limit: int = 4000) -> str:

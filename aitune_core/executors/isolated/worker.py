@@ -3,7 +3,7 @@
 :func:`run_payload` is what every worker calls (a Ray task does); run as a module, this
 is the child process the subprocess executor starts::
 
-    python -m aitune_core.executors.isolated.worker GRAPH_DIR CANDIDATE_JSON ANSWER_JSON
+    python -m aitune_core.executors.isolated.worker GRAPH_DIR CANDIDATE_JSON ANSWER_JSON STAGE_FILE
 
 A worker that runs several candidates of one graph (a Ray worker is reused) keeps that
 graph open between them: the module is loaded once, and eager's outputs are computed
@@ -14,10 +14,11 @@ Every step runs inside the session's module guard, exactly as in-process: a cand
 that changes the module it was shipped fails at that step with the same reason, and
 the worker's module is put back from the guard's copy before the next candidate (or,
 if it cannot be, loaded again from the payload). The guard also reports each step as
-it starts: the child writes it to ANSWER_JSON as a failed row at that stage, so that a
-child killed mid-step leaves its stage behind; its real answer replaces that row. The
-child leaves with ``os._exit``: compiler worker pools and atexit handlers of a backend
-cannot then hold up, or crash, a candidate whose answer is already written.
+it starts: the child writes its name to STAGE_FILE, so that a child killed (or exiting)
+mid-step leaves its stage behind. ANSWER_JSON is written once, with the real answer: a
+child that ends without it has not answered, whatever its exit status. The child leaves
+with ``os._exit``: compiler worker pools and atexit handlers of a backend cannot then
+hold up, or crash, a candidate whose answer is already written.
 """
 
 from __future__ import annotations
@@ -155,33 +156,33 @@ def _line(event: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 3:
+    if len(args) != 4:
         print(
-            "usage: python -m aitune_core.executors.isolated.worker GRAPH_DIR CANDIDATE_JSON ANSWER_JSON",
+            "usage: python -m aitune_core.executors.isolated.worker GRAPH_DIR CANDIDATE_JSON ANSWER_JSON STAGE_FILE",
             file=sys.stderr,
         )
         return 2
-    graph_dir, candidate_file, answer_file = (Path(arg) for arg in args)
+    graph_dir, candidate_file, answer_file, stage_file = (Path(arg) for arg in args)
     candidate = json.loads(candidate_file.read_text())
     if candidate.get("background"):
         print(f"background priority: {step_aside()}", file=sys.stderr)
-
-    def write(answer: Answer) -> None:
-        staging = answer_file.with_name(answer_file.name + ".partial")
-        staging.write_text(answer.to_json())
-        os.replace(staging, answer_file)  # the parent never reads half an answer
-
     started = time.perf_counter()
     try:
         payload = GraphPayload.read(graph_dir)
         answer = run_payload(
-            payload, candidate, Path(candidate["cache_dir"]), lambda stage: write(Answer.failed(stage, ""))
+            payload, candidate, Path(candidate["cache_dir"]), lambda stage: _write_whole(stage_file, stage)
         )
     except MemoryError:
         return EXIT_OUT_OF_MEMORY
-    write(answer)
+    _write_whole(answer_file, answer.to_json())
     print(f"candidate finished: {answer.result.status} in {time.perf_counter() - started:.2f} s", file=sys.stderr)
     return 0
+
+
+def _write_whole(path: Path, text: str) -> None:
+    staging = path.with_name(path.name + ".partial")
+    staging.write_text(text)
+    os.replace(staging, path)  # the parent never reads half a file
 
 
 if __name__ == "__main__":

@@ -6,11 +6,12 @@ aitune can be tuned and steered: ``AITUNE_JIT=1 AITUNE_JIT_DEPTH=1 python serve.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
+
+from aitune_core.config import env_text, parse_flag
 
 
 def _non_negative(_instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:
@@ -75,11 +76,10 @@ class JitOptions:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> JitOptions:
         """Options from ``AITUNE_JIT_*`` variables; ``overrides`` (what ``enable`` is given) win."""
-        env = os.environ if environ is None else environ
         read: dict[str, Any] = {}
         for field in attrs.fields(cls):
-            raw = env.get(f"AITUNE_JIT_{field.name.upper()}")
-            if raw is None or field.name == "strategy":
+            raw = env_text(f"AITUNE_JIT_{field.name.upper()}", environ)
+            if not raw or field.name == "strategy":
                 continue
             read[field.name] = _parse(field.name, raw, field.default)
         return cls(**{**read, **overrides})
@@ -88,9 +88,7 @@ class JitOptions:
 def _parse(name: str, raw: str, default: Any) -> Any:
     try:
         if isinstance(default, bool):
-            if raw.strip().lower() not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
-                raise ValueError(raw)
-            return raw.strip().lower() in ("1", "true", "yes", "on")
+            return parse_flag(f"AITUNE_JIT_{name.upper()}", raw)
         if isinstance(default, int):
             return int(raw)
         if isinstance(default, float):

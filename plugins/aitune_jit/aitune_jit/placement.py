@@ -69,7 +69,7 @@ def place(module: nn.Module, strategy: Any, executor: Any, device: torch.device)
 
 
 def _compiles_here(backend: Any) -> bool:
-    from aitune_core.partition.backend import is_plain_eager
+    from aitune_core.backends.eager import is_plain_eager
 
     return bool(getattr(backend, "is_jit", False)) and not is_plain_eager(backend)
 

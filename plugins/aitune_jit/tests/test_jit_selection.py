@@ -44,6 +44,9 @@ def test_options_from_the_environment_and_overrides() -> None:
     options = JitOptions.from_env(env, calls=8)
     assert (options.depth, options.calls, options.backends) == (1, 8, ("eager", "inductor_jit"))
     assert JitOptions.from_env({"AITUNE_JIT_CACHE": "0"}).cache is False
+    assert JitOptions.from_env({"AITUNE_JIT_CACHE": " Off "}).cache is False  # config's one yes/no parser
+    with pytest.raises(ValueError, match="AITUNE_JIT_CACHE='maybe'"):
+        JitOptions.from_env({"AITUNE_JIT_CACHE": "maybe"})
     with pytest.raises(ValueError, match="AITUNE_JIT_DEPTH='one'"):
         JitOptions.from_env({"AITUNE_JIT_DEPTH": "one"})
     with pytest.raises(ValueError, match="calls must be >= 1"):
