@@ -196,8 +196,8 @@ def test_only_the_deciding_variants_are_waited_for():
     timer = RoundTimer({EAGER: [1e-3], "twin": [0.8e-3, 1.25e-3], "fast": [0.5e-3]})
     waited = compare(variants("twin", "fast"), CALL, 4, CONFIG, timer, GATE, deciding=["fast"])
     assert waited.round_count == FIRST_LOOK
-    # not waited for, and not timed past the rounds its own interval needs: the probe and 5 rounds
-    assert timer.taken["twin"] == 1 + rounds_for_an_interval(CONFIG.confidence) < timer.taken[EAGER]
+    # not waited for, but timed as long as the race goes on, so that its own row is not luck
+    assert timer.taken["twin"] == timer.taken[EAGER]
     timer = RoundTimer({EAGER: [1e-3], "twin": [0.8e-3, 1.25e-3]})
     assert compare(variants("twin"), CALL, 4, CONFIG, timer, GATE).round_count > FIRST_LOOK
 
