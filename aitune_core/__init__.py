@@ -41,7 +41,7 @@ _EXPORTS: dict[str, str] = {
     "IllegalStateTransitionError": "aitune_core.backends",
     "TorchEagerBackend": "aitune_core.backends",
     "TorchEagerBackendConfig": "aitune_core.backends",
-    "CheckpointError": "aitune_core.checkpoint",
+    "CheckpointError": "aitune_core.errors",
     "load": "aitune_core.checkpoint",
     "save": "aitune_core.checkpoint",
     "config": "aitune_core.config",
@@ -179,9 +179,10 @@ if TYPE_CHECKING:
         TorchEagerBackend,
         TorchEagerBackendConfig,
     )
-    from aitune_core.checkpoint import CheckpointError, load, save
+    from aitune_core.checkpoint import load, save
     from aitune_core.config import config
     from aitune_core.context import BATCH_SIZE_KEY, global_context
+    from aitune_core.errors import CheckpointError
     from aitune_core.graphs import BatchDim, DeclarationError, DynamicDim, ForwardSignature, GraphSpec, Sample
     from aitune_core.inspection import InspectReport, inspect
     from aitune_core.metadata import InfoLevel, Locator, SampleMetadata, TensorSpec, register_container

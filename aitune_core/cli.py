@@ -155,7 +155,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     altered checkpoint is reported in one line with exit status 1.
     """
     from aitune_core.checkpoint.inspect import describe_checkpoint
-    from aitune_core.checkpoint.manifest import CheckpointError
+    from aitune_core.errors import CheckpointError
 
     try:
         print(describe_checkpoint(args.checkpoint, verify_hashes=not args.no_verify))

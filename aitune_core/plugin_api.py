@@ -58,7 +58,7 @@ _EXPORTS: dict[str, str] = {
     "BUILDS": "aitune_core.backends.build_folders",
     "stable_hash": "aitune_core.serialization",
     "dtype_from_str": "aitune_core.serialization",
-    "CheckpointError": "aitune_core.checkpoint.manifest",
+    "CheckpointError": "aitune_core.errors",
     "config": "aitune_core.config",
     "get_logger": "aitune_core.log",
     "Executor": "aitune_core.executors.base",
@@ -164,8 +164,8 @@ if TYPE_CHECKING:
     from aitune_core.backends.safe_options import AllowList, BoolRule, ChoiceRule, IntRule, OptionRule, allowed_options
     from aitune_core.backends.state import BackendState
     from aitune_core.backends.tolerances import DEFAULT_TOLERANCES, Tolerance, Tolerances
-    from aitune_core.checkpoint.manifest import CheckpointError
     from aitune_core.config import config
+    from aitune_core.errors import CheckpointError
     from aitune_core.executors.base import DEFAULT_TIMEOUT_S, Executor, ExecutorError
     from aitune_core.executors.isolated.answer import Answer
     from aitune_core.executors.isolated.memory import default_limit_mb, held_bytes, over_limit, with_descendants

@@ -200,6 +200,7 @@ LAYERS = [
             "context",
             "data",
             "lazy_exports",
+            "errors",
             "_version",
         ],
     ),
