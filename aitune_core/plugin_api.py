@@ -74,8 +74,8 @@ _EXPORTS: dict[str, str] = {
     "held_bytes": "aitune_core.executors.isolated.memory",
     "over_limit": "aitune_core.executors.isolated.memory",
     "with_descendants": "aitune_core.executors.isolated.memory",
-    "CandidateResult": "aitune_core.strategies.candidates",
-    "GraphSession": "aitune_core.strategies.candidates",
+    "CandidateResult": "aitune_core.evaluate.candidate",
+    "GraphSession": "aitune_core.evaluate.candidate",
     "DataDependence": "aitune_core.validation.data_dependent",
     "data_dependent_reason": "aitune_core.validation.data_dependent",
     "find_data_dependence": "aitune_core.validation.data_dependent",
@@ -166,6 +166,7 @@ if TYPE_CHECKING:
     from aitune_core.backends.tolerances import DEFAULT_TOLERANCES, Tolerance, Tolerances
     from aitune_core.config import config
     from aitune_core.errors import CheckpointError
+    from aitune_core.evaluate.candidate import CandidateResult, GraphSession
     from aitune_core.executors.base import DEFAULT_TIMEOUT_S, Executor, ExecutorError
     from aitune_core.executors.isolated.answer import Answer
     from aitune_core.executors.isolated.memory import default_limit_mb, held_bytes, over_limit, with_descendants
@@ -183,7 +184,6 @@ if TYPE_CHECKING:
     from aitune_core.plugins.api import BASELINE_PRIORITY, DEFAULT_PRIORITY, PLUGIN_API_VERSION, hookimpl
     from aitune_core.plugins.records import Candidate, ContainerRegistrar
     from aitune_core.serialization import dtype_from_str, stable_hash
-    from aitune_core.strategies.candidates import CandidateResult, GraphSession
     from aitune_core.validation.compare import compare_outputs
     from aitune_core.validation.data_dependent import DataDependence, data_dependent_reason, find_data_dependence
     from aitune_core.validation.inputs import as_call, to_device

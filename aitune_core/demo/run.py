@@ -14,13 +14,13 @@ from collections.abc import Sequence
 import torch
 
 from aitune_core.demo.models import build_demo
+from aitune_core.evaluate.candidate import CandidateResult, describe_range
 from aitune_core.module.wrapper import Module
 from aitune_core.names import default_device
 from aitune_core.profiling.compare import BatchComparison, Variant, compare
 from aitune_core.profiling.measurement import ProfileConfig
 from aitune_core.profiling.timer import EAGER, WallClock
 from aitune_core.reporting.summary import TuneReport
-from aitune_core.strategies.candidates import CandidateResult, describe_range
 from aitune_core.strategies.max_throughput import MaxThroughputStrategy
 from aitune_core.tuning import tune
 from aitune_core.validation.inputs import CallInputs

@@ -3,7 +3,7 @@
 A strategy receives the graph, its recorded samples and the candidates (blueprints),
 and returns one built, ACTIVE backend. Subclasses implement ``_tune(session)`` and may
 extend ``_pre_tune(session)``/``_post_tune(session)``; the session
-(:class:`~aitune_core.strategies.candidates.GraphSession`) holds the module, the
+(:class:`~aitune_core.evaluate.candidate.GraphSession`) holds the module, the
 graph, its samples, the device and the log. The shared steps (build a copy, validate against eager,
 then compare with eager at every serving batch size and route each range to its
 winner) live in :meth:`TuneStrategy.evaluate` and :meth:`TuneStrategy.route_by_batch`,
@@ -29,14 +29,7 @@ import torch
 from aitune_core.backends.base import Availability, Backend
 from aitune_core.backends.eager import TorchEagerBackend
 from aitune_core.backends.tolerances import Tolerances
-from aitune_core.executors.base import CandidateTask, Executor, PendingCandidate
-from aitune_core.graphs.forward_signature import ForwardSignature
-from aitune_core.graphs.graph_spec import GraphSpec, Sample
-from aitune_core.guard import ModuleChangedError, ModuleGuard
-from aitune_core.log import get_logger
-from aitune_core.profiling.measurement import ProfileConfig
-from aitune_core.profiling.timer import Timer, WallClock
-from aitune_core.strategies.candidates import (  # noqa: F401 - the errors are re-exported for strategies
+from aitune_core.evaluate.candidate import (  # noqa: F401 - the errors are re-exported for strategies
     CandidateFailedError,
     CandidateRejectedError,
     CandidateResult,
@@ -46,6 +39,13 @@ from aitune_core.strategies.candidates import (  # noqa: F401 - the errors are r
     discard,
     failure_reason,
 )
+from aitune_core.executors.base import CandidateTask, Executor, PendingCandidate
+from aitune_core.graphs.forward_signature import ForwardSignature
+from aitune_core.graphs.graph_spec import GraphSpec, Sample
+from aitune_core.guard import ModuleChangedError, ModuleGuard
+from aitune_core.log import get_logger
+from aitune_core.profiling.measurement import ProfileConfig
+from aitune_core.profiling.timer import Timer, WallClock
 from aitune_core.strategies.defaults import skipped_as_lossy
 from aitune_core.strategies.ranking import Allowed, Ranking, Segment, Winners, lost_reason, merge, plan, rank, winners
 

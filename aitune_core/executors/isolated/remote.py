@@ -39,7 +39,7 @@ from aitune_core.executors.isolated.payload import GraphPayload, UnshippableBack
 
 if TYPE_CHECKING:
     from aitune_core.backends.base import Backend
-    from aitune_core.strategies.candidates import CandidateResult, GraphSession
+    from aitune_core.evaluate.candidate import CandidateResult, GraphSession
 
 
 @attrs.define(eq=False)
@@ -167,7 +167,7 @@ class RemoteExecutor(Executor):
             return shipment
 
     def restore(self, session: GraphSession, result: CandidateResult, validate: bool) -> Backend:
-        from aitune_core.strategies.candidates import release
+        from aitune_core.evaluate.candidate import release
 
         data, blueprint = result.backend_data, result.blueprint
         if data is None or blueprint is None:
@@ -251,7 +251,7 @@ class _Pending(PendingCandidate):
 
 
 def _raise_if_asked(task: CandidateTask) -> None:
-    from aitune_core.strategies.candidates import CandidateFailedError, CandidateRejectedError
+    from aitune_core.evaluate.candidate import CandidateFailedError, CandidateRejectedError
 
     if task.raise_errors and task.result.status == "rejected":
         raise CandidateRejectedError(task.result)
