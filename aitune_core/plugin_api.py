@@ -166,7 +166,8 @@ if TYPE_CHECKING:
     from aitune_core.backends.tolerances import DEFAULT_TOLERANCES, Tolerance, Tolerances
     from aitune_core.config import config
     from aitune_core.errors import CheckpointError
-    from aitune_core.evaluate.candidate import CandidateResult, GraphSession
+    from aitune_core.evaluate.result import CandidateResult
+    from aitune_core.evaluate.session import GraphSession
     from aitune_core.executors.base import DEFAULT_TIMEOUT_S, Executor, ExecutorError
     from aitune_core.executors.isolated.answer import Answer
     from aitune_core.executors.isolated.memory import default_limit_mb, held_bytes, over_limit, with_descendants

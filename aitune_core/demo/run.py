@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from aitune_core.demo.models import build_demo
-from aitune_core.evaluate.candidate import CandidateResult, describe_range
+from aitune_core.evaluate.result import CandidateResult, describe_range
 from aitune_core.module.wrapper import Module
 from aitune_core.names import default_device
 from aitune_core.profiling.compare import BatchComparison, Variant, compare

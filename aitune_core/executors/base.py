@@ -22,7 +22,8 @@ import attrs
 
 if TYPE_CHECKING:
     from aitune_core.backends.base import Backend
-    from aitune_core.evaluate.candidate import CandidateResult, GraphSession
+    from aitune_core.evaluate.result import CandidateResult
+    from aitune_core.evaluate.session import GraphSession
 
 
 DEFAULT_TIMEOUT_S = 600.0

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from aitune_core.executors.base import CandidateTask, Executor, FinishedCandidate, PendingCandidate
 
 if TYPE_CHECKING:
-    from aitune_core.evaluate.candidate import GraphSession
+    from aitune_core.evaluate.session import GraphSession
 
 
 class InProcessExecutor(Executor):

@@ -24,7 +24,8 @@ from torch import nn
 
 from aitune_core.backends.base import Backend, BuildContext
 from aitune_core.config import config
-from aitune_core.evaluate.candidate import DECLINED_STAGE, CandidateResult, release
+from aitune_core.evaluate.candidate import DECLINED_STAGE, release
+from aitune_core.evaluate.result import CandidateResult
 from aitune_core.executors.base import Executor
 from aitune_core.extensions import slots
 from aitune_core.graphs.forward_signature import ForwardSignature

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from aitune_core.evaluate.candidate import CandidateResult, describe_range
+from aitune_core.evaluate.result import CandidateResult, describe_range
 from aitune_core.metadata.tables import render_table
 from aitune_core.profiling.budget import ProfilingBudget
 from aitune_core.profiling.measurement import Measurement

@@ -1,6 +1,7 @@
 """Strategies: how each graph's backend is chosen."""
 
-from aitune_core.evaluate.candidate import CandidateResult, GraphSession
+from aitune_core.evaluate.result import CandidateResult
+from aitune_core.evaluate.session import GraphSession
 from aitune_core.strategies.base import TuneStrategy
 from aitune_core.strategies.first_wins import FirstWinsStrategy
 from aitune_core.strategies.latency_budget import LatencyBudgetStrategy

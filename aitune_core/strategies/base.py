@@ -29,16 +29,9 @@ import torch
 from aitune_core.backends.base import Availability, Backend
 from aitune_core.backends.eager import TorchEagerBackend
 from aitune_core.backends.tolerances import Tolerances
-from aitune_core.evaluate.candidate import (  # noqa: F401 - the errors are re-exported for strategies
-    CandidateFailedError,
-    CandidateRejectedError,
-    CandidateResult,
-    GraphSession,
-    Status,
-    describe_range,
-    discard,
-    failure_reason,
-)
+from aitune_core.evaluate.candidate import discard, failure_reason
+from aitune_core.evaluate.result import CandidateResult, Status, describe_range
+from aitune_core.evaluate.session import GraphSession
 from aitune_core.executors.base import CandidateTask, Executor, PendingCandidate
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample

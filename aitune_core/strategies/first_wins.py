@@ -10,7 +10,7 @@ that are thrown away.
 from __future__ import annotations
 
 from aitune_core.backends.base import Backend
-from aitune_core.evaluate.candidate import GraphSession
+from aitune_core.evaluate.session import GraphSession
 from aitune_core.strategies.base import TuneStrategy
 
 

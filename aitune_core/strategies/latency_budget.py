@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from aitune_core.backends.base import Backend
-from aitune_core.evaluate.candidate import CandidateResult, GraphSession, Status
+from aitune_core.evaluate.result import CandidateResult, Status
+from aitune_core.evaluate.session import GraphSession
 from aitune_core.profiling.measurement import Measurement
 from aitune_core.strategies.base import TuneStrategy
 from aitune_core.strategies.ranking import Ranking

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from aitune_core.backends.base import Backend
-from aitune_core.evaluate.candidate import GraphSession
+from aitune_core.evaluate.session import GraphSession
 from aitune_core.strategies.base import TuneStrategy
 
 

@@ -21,7 +21,8 @@ from typing import Any
 
 import attrs
 
-from aitune_core.evaluate.candidate import CandidateResult, GraphSession, Status, describe_range
+from aitune_core.evaluate.result import CandidateResult, Status, describe_range
+from aitune_core.evaluate.session import GraphSession
 from aitune_core.profiling.budget import current_budget
 from aitune_core.profiling.compare import BatchComparison, Variant, compare
 from aitune_core.profiling.measurement import Measurement

@@ -14,7 +14,7 @@ from executor_backends import FAST_PROFILE, FastBackend, SlowableMLP
 
 import aitune_core as ait
 from aitune_core.backends import TorchEagerBackend
-from aitune_core.evaluate.candidate import GraphSession
+from aitune_core.evaluate.session import GraphSession
 from aitune_core.executors import (
     CandidateTask,
     Executor,

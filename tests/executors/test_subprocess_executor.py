@@ -24,7 +24,7 @@ from executor_backends import (
 
 import aitune_core as ait
 from aitune_core.backends import BackendState, TorchEagerBackend
-from aitune_core.evaluate.candidate import CandidateFailedError
+from aitune_core.evaluate.result import CandidateFailedError
 from aitune_core.executors import SubprocessExecutor
 from aitune_core.log import capture
 from aitune_core.module.wrapper import MODULE_REGISTRY

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from aitune_core.evaluate.candidate import CandidateResult
+from aitune_core.evaluate.result import CandidateResult
 from aitune_core.serialization import converter
 
 _OURS = ("backend", "key", "blueprint")

@@ -40,7 +40,7 @@ from aitune_core.serialization import converter
 
 if TYPE_CHECKING:
     from aitune_core.backends.base import Backend
-    from aitune_core.evaluate.candidate import GraphSession
+    from aitune_core.evaluate.session import GraphSession
 
 GRAPH_FILE = "graph.json"
 MODULE_FILE = "module.pt"
@@ -103,7 +103,7 @@ class GraphPayload:
 
     def open(self, cache_dir: Path, log: Any) -> GraphSession:
         """The session a worker tries candidates in: the same graph, module and samples as the parent's."""
-        from aitune_core.evaluate.candidate import GraphSession
+        from aitune_core.evaluate.session import GraphSession
 
         device = local_device(self.spec["device"])
         shipped = torch.load(io.BytesIO(self.module), map_location=device, weights_only=False)

@@ -39,7 +39,8 @@ from aitune_core.executors.isolated.payload import GraphPayload, UnshippableBack
 
 if TYPE_CHECKING:
     from aitune_core.backends.base import Backend
-    from aitune_core.evaluate.candidate import CandidateResult, GraphSession
+    from aitune_core.evaluate.result import CandidateResult
+    from aitune_core.evaluate.session import GraphSession
 
 
 @attrs.define(eq=False)
@@ -251,7 +252,7 @@ class _Pending(PendingCandidate):
 
 
 def _raise_if_asked(task: CandidateTask) -> None:
-    from aitune_core.evaluate.candidate import CandidateFailedError, CandidateRejectedError
+    from aitune_core.evaluate.result import CandidateFailedError, CandidateRejectedError
 
     if task.raise_errors and task.result.status == "rejected":
         raise CandidateRejectedError(task.result)
