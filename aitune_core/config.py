@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import attrs
 
-if TYPE_CHECKING:
-    from aitune_core.executors.base import Executor
-    from aitune_core.profiling.timer import Timer
+from aitune_core.names import is_valid_name
 
 
 def _default_cache_dir() -> Path:
@@ -86,8 +84,6 @@ def _is_a(value: Any, module: str, name: str) -> bool:
 def _executor_choice(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if _is_a(value, "aitune_core.executors.base", "Executor"):
         return
-    from aitune_core.names import is_valid_name
-
     if not is_valid_name(value):
         raise ValueError(
             f"config.{attribute.name} must be an executor name such as 'inprocess', 'subprocess' or 'ray', "
@@ -154,9 +150,13 @@ class Config:
     on_all_candidates_failed: Literal["eager", "raise"] = attrs.field(
         default="eager", validator=_one_of("eager", "raise")
     )
-    executor: str | Executor = attrs.field(factory=_default_executor, validator=_executor_choice)
+    # An Executor and a Timer belong to layers above the settings, which every layer reads: they are
+    # recognised by class name (``_is_a``) and typed Any here, so that this module imports neither.
+    executor: Any = attrs.field(factory=_default_executor, validator=_executor_choice)
+    """An executor name (``str``) or an ``aitune_core.executors.Executor``."""
     allow_lossy: bool = attrs.field(factory=_default_allow_lossy, validator=_boolean)
-    timer: Timer | None = attrs.field(default=None, validator=lambda *args: _timer_choice(*args))
+    timer: Any = attrs.field(default=None, validator=lambda *args: _timer_choice(*args))
+    """An ``aitune_core.profiling.timer.Timer``, or None for the wall clock."""
     partition: bool = attrs.field(default=False, validator=_boolean)
     partition_max_depth: int = attrs.field(default=2, validator=_positive_int)
     partition_min_params: int = attrs.field(default=1, validator=_non_negative_int)
