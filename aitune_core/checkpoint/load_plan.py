@@ -47,7 +47,7 @@ class GraphPlan:
     """Restored with ``from_dict`` (config checked, nothing loaded yet); deployed when applied."""
     lower: list[tuple[int, Backend | None]] = attrs.field(factory=list)
     """The lower batch ranges' backends, restored the same way; None is eager."""
-    parts: list[PartPlan] = attrs.field(factory=list)
+    parts: list[PartPlan[GraphPlan]] = attrs.field(factory=list)
     """The submodules of its partition, each with its graphs' plans; empty when it is not partitioned."""
 
     def with_parts(self) -> list[GraphPlan]:
