@@ -42,8 +42,8 @@ _EXPORTS: dict[str, str] = {
     "TorchEagerBackend": "aitune_core.backends",
     "TorchEagerBackendConfig": "aitune_core.backends",
     "CheckpointError": "aitune_core.errors",
-    "load": "aitune_core.checkpoint",
-    "save": "aitune_core.checkpoint",
+    "load": "aitune_core.checkpoint.load",
+    "save": "aitune_core.checkpoint.save",
     "config": "aitune_core.config",
     "BATCH_SIZE_KEY": "aitune_core.context",
     "global_context": "aitune_core.context",
@@ -179,7 +179,8 @@ if TYPE_CHECKING:
         TorchEagerBackend,
         TorchEagerBackendConfig,
     )
-    from aitune_core.checkpoint import load, save
+    from aitune_core.checkpoint.load import load
+    from aitune_core.checkpoint.save import save
     from aitune_core.config import config
     from aitune_core.context import BATCH_SIZE_KEY, global_context
     from aitune_core.errors import CheckpointError

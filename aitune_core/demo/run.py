@@ -112,7 +112,7 @@ def run_demo(
                 end_to_end(reference, wrapped, CallInputs(f"batch {size}", (batch,), {}, size), size, profile)
             )
         if save_to:
-            from aitune_core.checkpoint import save
+            from aitune_core.checkpoint.save import save
 
             save(wrapped, save_to)
             print(f"Saved the tuned model to {save_to}; `aitune inspect {save_to}` shows it.")
