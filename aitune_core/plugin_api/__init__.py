@@ -18,7 +18,15 @@ from aitune_core.backends.autocast import autocast, cast_outputs
 from aitune_core.backends.base import Availability, Backend, BackendConfig, BuildContext
 from aitune_core.backends.build_folders import BUILDS, build_identity, tensor_bytes, weights_fingerprint
 from aitune_core.backends.eager import floating_dtype
-from aitune_core.backends.safe_options import AllowList, BoolRule, ChoiceRule, IntRule, OptionRule, allowed_options
+from aitune_core.backends.safe_options import (
+    AllowList,
+    BoolRule,
+    ChoiceRule,
+    IntRule,
+    OptionRule,
+    UnsafeOptionError,
+    allowed_options,
+)
 from aitune_core.backends.state import BackendState
 from aitune_core.backends.tolerances import DEFAULT_TOLERANCES, Tolerance, Tolerances
 from aitune_core.config import config
@@ -66,6 +74,7 @@ __all__ = [
     "TensorSpec",
     "Tolerance",
     "Tolerances",
+    "UnsafeOptionError",
     "allowed_options",
     "as_call",
     "autocast",
