@@ -24,7 +24,7 @@ from aitune_core.lazy_exports import lazy_exports as _lazy_exports
 
 def _load_plugins() -> None:
     """Load and install the plugins; the layers below reach them only through ``aitune_core.extensions``."""
-    from aitune_core.plugins.manager import current_registry
+    from aitune_core.plugins.manager import current_registry  # import aitune_core loads no plugin code
 
     current_registry()
 

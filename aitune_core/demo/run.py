@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
+from aitune_core.checkpoint.load import read
+from aitune_core.checkpoint.save import save
 from aitune_core.demo.models import build_demo
 from aitune_core.evaluate.result import CandidateResult, describe_range
 from aitune_core.module.wrapper import Module
@@ -72,8 +74,6 @@ def _serving_at(report: TuneReport, module: str, size: int) -> CandidateResult |
 
 def _load_hint(path: str, model_name: str) -> str:
     """How to load the saved demo, with ``trust_native_code=True`` only when the checkpoint needs it."""
-    from aitune_core.checkpoint.load import read
-
     _, manifest = read(path)
     native = any(ref.native for ref in manifest.artifacts())
     flag = ", trust_native_code=True" if native else ""
@@ -112,8 +112,6 @@ def run_demo(
                 end_to_end(reference, wrapped, CallInputs(f"batch {size}", (batch,), {}, size), size, profile)
             )
         if save_to:
-            from aitune_core.checkpoint.save import save
-
             save(wrapped, save_to)
             print(f"Saved the tuned model to {save_to}; `aitune inspect {save_to}` shows it.")
             print(_load_hint(save_to, model_name))
