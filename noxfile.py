@@ -158,7 +158,7 @@ print("no JIT start-up hook: it comes with aitune-jit only")
 @nox.session
 def tests_core(session: nox.Session) -> None:
     """The core alone, with no plugin installed (and no JIT start-up hook in site-packages)."""
-    install(session, ".", "pytest")
+    install(session, ".[test]")
     check_listing(session, [])
     session.run("python", "-c", _NO_STARTUP_HOOK)
     pytest(session, "tests")
@@ -179,7 +179,7 @@ def tests_plugin(session: nox.Session, name: str) -> None:
 def tests_all(session: nox.Session) -> None:
     """Everything installed together: the core tests, then every plugin's tests."""
     names = with_needs(TOGETHER)
-    install(session, ".", *(PLUGINS[n].target for n in names), "pytest")
+    install(session, ".[test]", *(PLUGINS[n].target for n in names))
     check_listing(session, names)
     pytest(session, "tests")
     for name in names:
@@ -216,11 +216,16 @@ def tests_models(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over everything, mypy over the core and over every plugin (each from its own folder)."""
+    """ruff over everything, the import contracts, mypy over the core and over every plugin (each from its folder).
+
+    The import contracts (``[tool.importlinter]`` in pyproject.toml) read the plugins and their tests from
+    this checkout's folders, whichever of them are installed.
+    """
     names = with_needs(TOGETHER)
-    install(session, "ruff", "mypy", ".", *(PLUGINS[n].target for n in names))
+    install(session, "ruff", "mypy", "import-linter", ".", *(PLUGINS[n].target for n in names))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", "aitune_core")
+    session.run("lint-imports", "--no-cache")
     session.run("mypy", "aitune_core")
     apart = [key for key in PLUGINS if key not in names]  # type-checked without their heavy libraries
     if apart:

@@ -24,7 +24,7 @@ from aitune_core.lazy_exports import lazy_exports as _lazy_exports
 
 def _load_plugins() -> None:
     """Load and install the plugins; the layers below reach them only through ``aitune_core.extensions``."""
-    from aitune_core.plugins.manager import current_registry
+    from aitune_core.plugins.manager import current_registry  # import aitune_core loads no plugin code
 
     current_registry()
 
@@ -41,9 +41,9 @@ _EXPORTS: dict[str, str] = {
     "IllegalStateTransitionError": "aitune_core.backends",
     "TorchEagerBackend": "aitune_core.backends",
     "TorchEagerBackendConfig": "aitune_core.backends",
-    "CheckpointError": "aitune_core.checkpoint",
-    "load": "aitune_core.checkpoint",
-    "save": "aitune_core.checkpoint",
+    "CheckpointError": "aitune_core.errors",
+    "load": "aitune_core.checkpoint.load",
+    "save": "aitune_core.checkpoint.save",
     "config": "aitune_core.config",
     "BATCH_SIZE_KEY": "aitune_core.context",
     "global_context": "aitune_core.context",
@@ -179,9 +179,11 @@ if TYPE_CHECKING:
         TorchEagerBackend,
         TorchEagerBackendConfig,
     )
-    from aitune_core.checkpoint import CheckpointError, load, save
+    from aitune_core.checkpoint.load import load
+    from aitune_core.checkpoint.save import save
     from aitune_core.config import config
     from aitune_core.context import BATCH_SIZE_KEY, global_context
+    from aitune_core.errors import CheckpointError
     from aitune_core.graphs import BatchDim, DeclarationError, DynamicDim, ForwardSignature, GraphSpec, Sample
     from aitune_core.inspection import InspectReport, inspect
     from aitune_core.metadata import InfoLevel, Locator, SampleMetadata, TensorSpec, register_container

@@ -15,6 +15,19 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
+
+from aitune_core._version import __version__
+from aitune_core.checkpoint.inspect import describe_checkpoint
+from aitune_core.demo.models import DEMO_MODELS
+from aitune_core.errors import CheckpointError
+from aitune_core.inspection import inspect as inspect_workload
+from aitune_core.inspection.workload import WorkloadError, load_workload
+from aitune_core.names import default_device
+from aitune_core.plugins.api import PLUGIN_API_VERSION
+from aitune_core.plugins.loader import strict_from_env
+from aitune_core.plugins.records import PluginStatus
+
 Subparsers = Any  # argparse's _SubParsersAction, which is private
 Handler = Callable[[argparse.Namespace], int]
 
@@ -44,11 +57,7 @@ def run_plugins(args: argparse.Namespace) -> int:
     the exit status is 1 when one failed. With --candidates, also the default candidate backends
     the plugins offer for a device, and why those that cannot run there cannot.
     """
-    from aitune_core._version import __version__
-    from aitune_core.plugins.api import PLUGIN_API_VERSION
-    from aitune_core.plugins.loader import strict_from_env
-    from aitune_core.plugins.records import PluginStatus
-    from aitune_core.plugins.registry import PluginRegistry
+    from aitune_core.plugins.registry import PluginRegistry  # pluggy and every plugin: this command alone loads them
 
     # A listing of its own, never strict: the point is to show what is broken.
     registry = PluginRegistry.load(strict=False)
@@ -84,8 +93,6 @@ def run_plugins(args: argparse.Namespace) -> int:
 
 
 def _candidate_device(device: str | None) -> str:
-    from aitune_core.names import default_device
-
     return str(default_device() if device is None else device)
 
 
@@ -106,8 +113,6 @@ def _candidate_rows(registry: Any, device: str) -> list[dict[str, Any]]:
 
 # --------------------------------------------------------------------------- aitune demo
 def add_demo_command(subparsers: Subparsers) -> None:
-    from aitune_core.demo.models import DEMO_MODELS
-
     summary = "tune a bundled model with every available backend and show the speedup"
     parser = add_command(subparsers, "demo", run_demo_command, summary)
     parser.add_argument("--model", choices=sorted(DEMO_MODELS), default="cnn", help="which bundled model")
@@ -122,9 +127,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
     default candidates of every installed plugin, on CUDA when there is a GPU and on the CPU otherwise,
     then time the tuned model against the original.
     """
-    import torch
-
-    from aitune_core.demo.run import run_demo
+    from aitune_core.demo.run import run_demo  # tuning, checkpoints and the strategies: for `aitune demo` only
 
     try:
         sizes = [int(part) for part in args.batch_sizes.split(",") if part.strip()]
@@ -154,9 +157,6 @@ def run_inspect(args: argparse.Namespace) -> int:
     loading it would run (native code, recompiles). Every file's sha256 is checked first; a malformed or
     altered checkpoint is reported in one line with exit status 1.
     """
-    from aitune_core.checkpoint.inspect import describe_checkpoint
-    from aitune_core.checkpoint.manifest import CheckpointError
-
     try:
         print(describe_checkpoint(args.checkpoint, verify_hashes=not args.no_verify))
     except CheckpointError as error:
@@ -183,14 +183,14 @@ def run_new_plugin(args: argparse.Namespace) -> int:
     distribution name and the folder (lowercase letters, digits and dashes); the package is NAME with
     dashes as underscores, and the backend is named after the package, without a leading 'aitune_'.
     """
-    from aitune_core.authoring.new_plugin import NewPluginError, next_steps, write_plugin
+    from aitune_core.authoring import new_plugin  # a tool, loaded by its command only
 
     try:
-        names, target, _ = write_plugin(args.name, args.path)
-    except NewPluginError as error:
+        names, target, _ = new_plugin.write_plugin(args.name, args.path)
+    except new_plugin.NewPluginError as error:
         print(f"aitune new-plugin: {error}", file=sys.stderr)
         return 2
-    print(next_steps(names, target))
+    print(new_plugin.next_steps(names, target))
     return 0
 
 
@@ -218,7 +218,7 @@ def run_plugins_check(args: argparse.Namespace) -> int:
     with, in a pytest child process that loads only that plugin. Prints a summary; the exit status is 0
     only when every backend passed.
     """
-    from aitune_core.authoring.plugin_check import check
+    from aitune_core.authoring.plugin_check import check  # a tool (pytest in a child), loaded by its command only
 
     return check(args.name, device=args.device, verbose=args.verbose)
 
@@ -240,9 +240,6 @@ def run_inspect_model(args: argparse.Namespace) -> int:
     FUNCTION takes no arguments and returns (model_or_function, dataset), or a dict of
     aitune_core.inspect's arguments.
     """
-    from aitune_core.inspection import inspect as inspect_workload
-    from aitune_core.inspection.workload import WorkloadError, load_workload
-
     try:
         arguments = load_workload(args.workload)
         if args.batch_sizes:

@@ -19,12 +19,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import attrs
 
-if TYPE_CHECKING:
-    from aitune_core.profiling.timer import Timer
+from aitune_core.names import is_valid_name
 
 _TRUE_TEXT = ("1", "true", "yes", "on")
 _FALSE_TEXT = ("", "0", "false", "no", "off")
@@ -131,8 +130,6 @@ def _name_or_accepted(what: str) -> Any:
         base = _accepted.get(attribute.name)
         if base is not None and isinstance(value, base):
             return
-        from aitune_core.names import is_valid_name
-
         if not is_valid_name(value):
             raise ValueError(f"config.{attribute.name} must be {what}, got {value!r}")
 
@@ -204,7 +201,8 @@ class Config:
         validator=_name_or_accepted("an executor name such as 'inprocess', 'subprocess' or 'ray', or an executor"),
     )
     allow_lossy: bool = attrs.field(factory=_default_allow_lossy, validator=_boolean)
-    timer: Timer | None = attrs.field(default=None, validator=lambda *args: _timer_choice(*args))
+    timer: Any = attrs.field(default=None, validator=lambda *args: _timer_choice(*args))
+    """An ``aitune_core.profiling.timer.Timer``, or None for the wall clock."""
     partition: bool = attrs.field(default=False, validator=_boolean)
     partition_max_depth: int = attrs.field(default=2, validator=_positive_int)
     partition_min_params: int = attrs.field(default=1, validator=_non_negative_int)

@@ -7,8 +7,10 @@ one place works in every other: in a checkpoint, on the command line, in setting
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 NAME_RULE = r"[a-z][a-z0-9_.-]*"
 """Lowercase, starting with a letter: ``inductor_jit``, ``ray``, ``my.backend-2``."""
@@ -21,4 +23,6 @@ def is_valid_name(name: object) -> bool:
 
 def default_device() -> torch.device:
     """CUDA when there is a GPU, else the CPU: where tuning runs and availability is judged by default."""
+    import torch  # the settings check names at ``import aitune_core``, which leaves torch for first use
+
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -30,19 +30,23 @@ from aitune_core.context import BATCH_SIZE_KEY, global_context
 from aitune_core.data import check_batch_sizes, samples_generator
 from aitune_core.executors.base import Executor
 from aitune_core.executors.registry import resolve_executor
+from aitune_core.extensions import slots
 from aitune_core.graphs.declared_graph import DeclarationError, check_declared_paths, declared_graph
 from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_core.guard import ModuleGuard, TrainingModes, refusing_training
 from aitune_core.log import get_logger
 from aitune_core.module.router import Route
-from aitune_core.module.wrapper import MODULE_REGISTRY, Module
+from aitune_core.module.wrapper import MODULE_REGISTRY, Module, recording_session
 from aitune_core.names import default_device
+from aitune_core.partition.descent import partition_fallback, serves_eagerly
 from aitune_core.profiling.budget import profiling_budget
 from aitune_core.reporting.console import emit_block
 from aitune_core.reporting.summary import TuneReport
 from aitune_core.strategies.base import TuneStrategy
+from aitune_core.strategies.defaults import default_backends
 from aitune_core.strategies.graph_run import run_graph
 from aitune_core.strategies.max_throughput import MaxThroughputStrategy
+from aitune_core.validation.inputs import to_device
 
 
 class TuningError(RuntimeError):
@@ -213,9 +217,6 @@ def _move_to(module: Module, device: torch.device, log: Any) -> None:
 def _gather(
     func: Callable[..., Any], dataset: Any, sizes: list[int] | None, limit: int | None, device: torch.device, log: Any
 ) -> int:
-    from aitune_core.module.wrapper import recording_session
-    from aitune_core.validation.inputs import to_device
-
     count = 0
     # Only this run's calls are recorded: other threads using the modules meanwhile are not tuning data.
     with torch.no_grad(), recording_session():
@@ -235,7 +236,6 @@ def _strategy_for(module: Module, default: TuneStrategy | None, device: torch.de
         return module.strategy
     if default is not None:
         return default
-    from aitune_core.extensions import slots
 
     return slots().choose_strategy(module, device) or MaxThroughputStrategy()
 
@@ -318,16 +318,13 @@ def _tune_graphs(
         report.graphs.append(graph_report)
         selected = graph_report.selected
         lower = strategy.lower  # read before a partition's children reuse the strategy
-        if report.partition:
-            from aitune_core.partition.descent import partition_fallback, serves_eagerly
-
-            if serves_eagerly(backend, lower):
-                partitioned = partition_fallback(
-                    module, record, backend, graph_report, strategy, device, executor, guard, report
-                )
-                if partitioned is not backend:  # the partition serves every batch; its parts route their own
-                    backend, lower = partitioned, []
-                selected = graph_report.selected
+        if report.partition and serves_eagerly(backend, lower):
+            partitioned = partition_fallback(
+                module, record, backend, graph_report, strategy, device, executor, guard, report
+            )
+            if partitioned is not backend:  # the partition serves every batch; its parts route their own
+                backend, lower = partitioned, []
+            selected = graph_report.selected
         if selected is not None and selected.status == "fallback" and config.on_all_candidates_failed == "raise":
             raise TuningError(
                 f"module `{module.name}`, graph {graph.name}: no candidate qualified ({selected.reason}); "
@@ -358,8 +355,6 @@ def _plan(modules: list[Module], strategy: TuneStrategy | None, device: torch.de
         if chosen.backends is not None:
             offered = [(blueprint, blueprint.availability(device)) for blueprint in chosen.backends]
         else:
-            from aitune_core.strategies.defaults import default_backends
-
             offered = default_backends(device)
         for graph in module.graph_specs:
             lines.append(f"module `{module.name}` graph {graph.name}: {type(chosen).__name__}")

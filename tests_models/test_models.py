@@ -22,8 +22,8 @@ import torch
 from model_cases import CASES, TUNE_SEED, Case, assert_same, counting, generate, leaves
 
 import aitune_core as ait
+from aitune_core.evaluate.result import CandidateRejectedError
 from aitune_core.profiling.measurement import ProfileConfig
-from aitune_core.strategies.candidates import CandidateRejectedError
 
 HERE = Path(__file__).resolve().parent
 

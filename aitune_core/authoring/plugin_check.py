@@ -28,6 +28,7 @@ from typing import Any
 
 from aitune_core.plugins.loader import ALLOW_ENV, BLOCK_ENV, STRICT_ENV, Selection, normalize_name
 from aitune_core.plugins.records import PluginRecord, PluginStatus
+from aitune_core.plugins.registry import PluginRegistry
 
 SUITE_MODULE = "test_plugin_conformance"
 OUTPUT_TAIL = 4000
@@ -223,8 +224,6 @@ def _first_line(element: ElementTree.Element, limit: int = 300) -> str:
 def check(name: str, device: str = "cpu", verbose: bool = False, out: Print = _print) -> int:
     """Check the plugin or backend ``name``; 0 when every backend passed, 1 otherwise, 2 for an unknown name."""
     import torch
-
-    from aitune_core.plugins.registry import PluginRegistry
 
     # Every installed plugin, whatever AITUNE_PLUGINS says: a disabled plugin can still be checked.
     registry = PluginRegistry.load(strict=False, selection=Selection())

@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 import attrs
 
 from aitune_core.backends.base import Backend
+from aitune_core.backends.persistable import check_persistable
 
 _BLOCK = 1 << 20
 
@@ -81,8 +82,6 @@ def seal_passed(backend: Backend) -> ArtifactSeal:
     :class:`~aitune_core.backends.persistable.NotPersistableError`, which fails the
     candidate, when its ``to_dict()`` could not be saved.
     """
-    from aitune_core.backends.persistable import check_persistable
-
     data = check_persistable(backend)
     artifact_seal = ArtifactSeal.of(data.get("artifacts", {}))
     seal(backend, artifact_seal)

@@ -25,6 +25,7 @@ from aitune_core.backends.tolerances import Tolerances
 from aitune_core.extensions import slots
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
+from aitune_core.serialization import converter, stable_hash, structure_config
 
 B = TypeVar("B", bound="Backend")
 
@@ -129,14 +130,10 @@ class Backend(abc.ABC):
 
     def config_dict(self) -> dict[str, Any]:
         """The config as JSON-ready data, without ``unsafe_options``, which is never stored."""
-        from aitune_core.serialization import converter
-
         return converter().unstructure(self.config)
 
     def key(self) -> str:
         """A stable identifier of this backend and config, used for cache folders and lookup."""
-        from aitune_core.serialization import stable_hash
-
         return f"{self.name or type(self).__name__}-{stable_hash(self.config_dict())}"
 
     def describe(self) -> str:
@@ -187,8 +184,6 @@ class Backend(abc.ABC):
         structured strictly and always with ``unsafe_options=False``: options off their
         allow-list are refused here, naming the key.
         """
-        from aitune_core.serialization import structure_config
-
         config = data.get("config", {})
         if isinstance(config, dict) and UNSAFE_FIELD in config:
             raise ValueError(

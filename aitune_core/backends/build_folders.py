@@ -37,7 +37,10 @@ from typing import Any
 import attrs
 import torch
 
+from aitune_core.config import config
 from aitune_core.graphs.graph_spec import GraphSpec
+from aitune_core.graphs.spec_data import GraphSpecData
+from aitune_core.serialization import stable_hash
 
 BUILDS = "builds"
 
@@ -91,9 +94,6 @@ def tensor_bytes(tensor: torch.Tensor) -> Any:
 
 def build_identity(weights: str, graph: GraphSpec, backend_key: str) -> str:
     """The hash that names the builds of ``backend_key`` for ``graph`` of a module with ``weights``."""
-    from aitune_core.graphs.spec_data import GraphSpecData
-    from aitune_core.serialization import stable_hash
-
     spec = attrs.asdict(GraphSpecData.of(graph))
     return stable_hash({"weights": weights, "graph": spec, "backend": backend_key}, length=24)
 
@@ -105,8 +105,6 @@ def builds_root(session_dir: Path) -> Path:
     cache's one ``builds`` folder. A worker that tunes in a folder of its own (outside
     this process's ``config.cache_dir``) builds under that folder.
     """
-    from aitune_core.config import config
-
     cache = config.cache_dir.expanduser().absolute()
     folder = session_dir.expanduser().absolute()
     return (cache if folder.is_relative_to(cache) else folder) / BUILDS

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from aitune_core.backends.base import UNSAFE_FIELD, Backend
-from aitune_core.serialization import json_problem
+from aitune_core.serialization import json_problem, structure_config
 
 CONVERTER_HOOK = "aitune_extend_converter"
 
@@ -44,8 +44,6 @@ def check_persistable(backend: Backend) -> dict[str, Any]:
 
 def check_config(backend: Backend, stored: Any) -> None:
     """The config as stored is JSON and structures back to an equal config."""
-    from aitune_core.serialization import structure_config
-
     cls = type(backend)
     config = backend.config
     problem = json_problem(stored, "config")

@@ -26,13 +26,16 @@ from aitune_core.checkpoint.manifest import (
     ModuleEntry,
     parse_manifest,
 )
-from aitune_core.checkpoint.origin import about
+from aitune_core.checkpoint.origin import about, backend_origin
 from aitune_core.checkpoint.partition_plan import PartPlan, plan_parts
 from aitune_core.checkpoint.signing import SigningKey, verify_signature
+from aitune_core.extensions import UnknownBackendError, slots
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.graphs.sample_data import decode_samples
 from aitune_core.log import get_logger
+from aitune_core.module.recorder import call_key
+from aitune_core.module.router import Route
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module
 
 DeviceMap = str | torch.device | dict[str, str | torch.device] | None
@@ -47,7 +50,7 @@ class GraphPlan:
     """Restored with ``from_dict`` (config checked, nothing loaded yet); deployed when applied."""
     lower: list[tuple[int, Backend | None]] = attrs.field(factory=list)
     """The lower batch ranges' backends, restored the same way; None is eager."""
-    parts: list[PartPlan] = attrs.field(factory=list)
+    parts: list[PartPlan[GraphPlan]] = attrs.field(factory=list)
     """The submodules of its partition, each with its graphs' plans; empty when it is not partitioned."""
 
     def with_parts(self) -> list[GraphPlan]:
@@ -250,9 +253,6 @@ def check_graph(spec: GraphSpec, samples: list[Sample], signature: ForwardSignat
                 f"its inputs name `{locator.root}`, which is not a parameter of this module's forward "
                 f"({', '.join(sorted(parameters))})"
             )
-    from aitune_core.extensions import slots
-    from aitune_core.module.recorder import call_key
-    from aitune_core.module.router import Route
 
     graph_key_parts = slots().graph_key_parts
 
@@ -273,9 +273,6 @@ def check_graph(spec: GraphSpec, samples: list[Sample], signature: ForwardSignat
 
 def _backend_class(entry: BackendEntry) -> type[Backend]:
     """The installed class for the backend, when the distribution that wrote it is the one that registers it."""
-    from aitune_core.checkpoint.origin import backend_origin
-    from aitune_core.extensions import UnknownBackendError, slots
-
     get_backend_class = slots().backend_class
 
     try:

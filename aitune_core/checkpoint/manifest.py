@@ -16,6 +16,7 @@ import attrs
 import cattrs
 
 from aitune_core.backends.state import BackendState
+from aitune_core.errors import CheckpointError
 from aitune_core.graphs.spec_data import GraphSpecData
 from aitune_core.serialization import make_converter
 
@@ -46,10 +47,6 @@ def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
 
 MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3}
 """``MIGRATIONS[n]`` turns a version-``n`` manifest dict into a version ``n + 1`` one."""
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint cannot be written or read; the message names the file or setting to fix."""
 
 
 @attrs.define

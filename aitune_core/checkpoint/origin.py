@@ -10,12 +10,11 @@ from collections.abc import Iterator
 
 from aitune_core._version import __version__
 from aitune_core.checkpoint.manifest import CheckpointError
+from aitune_core.extensions import slots
 
 
 def backend_origin(name: str) -> tuple[str, str]:
     """The distribution (and its version) whose plugin registered backend ``name``."""
-    from aitune_core.extensions import slots
-
     return slots().backend_origin(name) or ("aitune-core", __version__)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Generic, TypeVar
 
 import attrs
 from torch import nn
@@ -24,26 +24,28 @@ from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.module.wrapper import Module
 from aitune_core.wrapping import overlaps
 
-if TYPE_CHECKING:
-    from aitune_core.checkpoint.load_plan import GraphPlan
-
 MAX_DEPTH = 8
 """Partitions nest at most this deep in a checkpoint (tuning descends ``config.partition_max_depth``, 2 by default)."""
 
-PlanGraph = Callable[[str, GraphEntry, ForwardSignature, nn.Module], "GraphPlan"]
+P = TypeVar("P")
+"""A graph's plan, as ``load_plan`` makes it: parts hold their graphs' plans without this module importing that one."""
+
+PlanGraph = Callable[[str, GraphEntry, ForwardSignature, nn.Module], P]
 """``plan_graph(name, entry, signature, submodule)``: one graph of a submodule, checked as any graph is."""
 
 
 @attrs.define(eq=False)
-class PartPlan:
+class PartPlan(Generic[P]):
     entry: PartEntry
     module: nn.Module
     """The submodule at ``entry.path``, below the partitioned module."""
     signature: ForwardSignature
-    graphs: list[GraphPlan]
+    graphs: list[P]
 
 
-def plan_parts(name: str, graph: GraphEntry, module: nn.Module, depth: int, plan_graph: PlanGraph) -> list[PartPlan]:
+def plan_parts(
+    name: str, graph: GraphEntry, module: nn.Module, depth: int, plan_graph: PlanGraph[P]
+) -> list[PartPlan[P]]:
     """The checked parts of ``graph``'s partition of ``module`` (none when it is not partitioned)."""
     partition = graph.partition
     if partition is None:
@@ -56,7 +58,7 @@ def plan_parts(name: str, graph: GraphEntry, module: nn.Module, depth: int, plan
             f"{where}: a partitioned graph must store eager as its backend, with no batch ranges "
             f"(it stores `{graph.backend.name}`{' and batch ranges' if graph.lower else ''})"
         )
-    plans: list[PartPlan] = []
+    plans: list[PartPlan[P]] = []
     for part in partition.parts:
         submodule = _submodule(module, part.path, where)
         for other in plans:

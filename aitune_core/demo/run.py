@@ -13,14 +13,16 @@ from collections.abc import Sequence
 
 import torch
 
+from aitune_core.checkpoint.load import read
+from aitune_core.checkpoint.save import save
 from aitune_core.demo.models import build_demo
+from aitune_core.evaluate.result import CandidateResult, describe_range
 from aitune_core.module.wrapper import Module
 from aitune_core.names import default_device
 from aitune_core.profiling.compare import BatchComparison, Variant, compare
 from aitune_core.profiling.measurement import ProfileConfig
 from aitune_core.profiling.timer import EAGER, WallClock
 from aitune_core.reporting.summary import TuneReport
-from aitune_core.strategies.candidates import CandidateResult, describe_range
 from aitune_core.strategies.max_throughput import MaxThroughputStrategy
 from aitune_core.tuning import tune
 from aitune_core.validation.inputs import CallInputs
@@ -72,8 +74,6 @@ def _serving_at(report: TuneReport, module: str, size: int) -> CandidateResult |
 
 def _load_hint(path: str, model_name: str) -> str:
     """How to load the saved demo, with ``trust_native_code=True`` only when the checkpoint needs it."""
-    from aitune_core.checkpoint.load import read
-
     _, manifest = read(path)
     native = any(ref.native for ref in manifest.artifacts())
     flag = ", trust_native_code=True" if native else ""
@@ -112,8 +112,6 @@ def run_demo(
                 end_to_end(reference, wrapped, CallInputs(f"batch {size}", (batch,), {}, size), size, profile)
             )
         if save_to:
-            from aitune_core.checkpoint import save
-
             save(wrapped, save_to)
             print(f"Saved the tuned model to {save_to}; `aitune inspect {save_to}` shows it.")
             print(_load_hint(save_to, model_name))

@@ -10,15 +10,27 @@ Choose one with ``tune(..., executor="subprocess")``, ``aitune_core.config.execu
 or an instance: ``tune(..., executor=SubprocessExecutor(timeout_s=60))``.
 """
 
-from aitune_core.executors.base import (
-    CandidateTask,
-    Executor,
-    ExecutorError,
-    FinishedCandidate,
-    PendingCandidate,
-)
-from aitune_core.executors.inprocess import InProcessExecutor
-from aitune_core.executors.registry import executor_names, get_executor_class, resolve_executor
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aitune_core.lazy_exports import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "CandidateTask": "aitune_core.executors.base",
+    "Executor": "aitune_core.executors.base",
+    "ExecutorError": "aitune_core.executors.base",
+    "FinishedCandidate": "aitune_core.executors.base",
+    "PendingCandidate": "aitune_core.executors.base",
+    "InProcessExecutor": "aitune_core.executors.inprocess",
+    "RemoteExecutor": "aitune_core.executors.isolated.remote",
+    "SubprocessExecutor": "aitune_core.executors.isolated.subprocess_executor",
+    "executor_names": "aitune_core.executors.registry",
+    "get_executor_class": "aitune_core.executors.registry",
+    "resolve_executor": "aitune_core.executors.registry",
+}
+"""Names imported on first use: out-of-process executors pull in threads and payload code that in-process
+tuning never needs."""
 
 __all__ = [
     "CandidateTask",
@@ -34,15 +46,13 @@ __all__ = [
     "resolve_executor",
 ]
 
+__getattr__, __dir__ = lazy_exports(
+    globals(), _EXPORTS, lambda name: f"module 'aitune_core.executors' has no attribute {name!r}"
+)
 
-def __getattr__(name: str) -> object:
-    # Out-of-process executors pull in threads and payload code that in-process tuning never needs.
-    if name == "SubprocessExecutor":
-        from aitune_core.executors.isolated.subprocess_executor import SubprocessExecutor
-
-        return SubprocessExecutor
-    if name == "RemoteExecutor":
-        from aitune_core.executors.isolated.remote import RemoteExecutor
-
-        return RemoteExecutor
-    raise AttributeError(f"module 'aitune_core.executors' has no attribute {name!r}")
+if TYPE_CHECKING:
+    from aitune_core.executors.base import CandidateTask, Executor, ExecutorError, FinishedCandidate, PendingCandidate
+    from aitune_core.executors.inprocess import InProcessExecutor
+    from aitune_core.executors.isolated.remote import RemoteExecutor
+    from aitune_core.executors.isolated.subprocess_executor import SubprocessExecutor
+    from aitune_core.executors.registry import executor_names, get_executor_class, resolve_executor

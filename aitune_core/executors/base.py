@@ -8,7 +8,7 @@ the same summary rows and the same selection.
 
 A strategy hands an executor a :class:`CandidateTask` and gets a
 :class:`PendingCandidate` back at once; ``pending.result()`` gives the filled-in
-:class:`~aitune_core.strategies.candidates.CandidateResult`. Executors that can run
+:class:`~aitune_core.evaluate.candidate.CandidateResult`. Executors that can run
 several candidates at a time say so with :meth:`Executor.max_parallel`; a strategy
 that may look at all results before choosing submits them all before collecting any.
 """
@@ -24,7 +24,8 @@ from aitune_core.config import accept_instances
 
 if TYPE_CHECKING:
     from aitune_core.backends.base import Backend
-    from aitune_core.strategies.candidates import CandidateResult, GraphSession
+    from aitune_core.evaluate.result import CandidateResult
+    from aitune_core.evaluate.session import GraphSession
 
 
 DEFAULT_TIMEOUT_S = 600.0

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from aitune_core.evaluate.candidate import run_candidate
 from aitune_core.executors.base import CandidateTask, Executor, FinishedCandidate, PendingCandidate
 
 if TYPE_CHECKING:
-    from aitune_core.strategies.candidates import GraphSession
+    from aitune_core.evaluate.session import GraphSession
 
 
 class InProcessExecutor(Executor):
@@ -23,8 +24,6 @@ class InProcessExecutor(Executor):
     name = "inprocess"
 
     def submit(self, session: GraphSession, task: CandidateTask) -> PendingCandidate:
-        from aitune_core.strategies.candidates import run_candidate
-
         run_candidate(
             session,
             task.blueprint,

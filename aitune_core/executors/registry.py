@@ -12,6 +12,7 @@ import inspect
 from typing import Any
 
 from aitune_core.executors.base import Executor, ExecutorError
+from aitune_core.extensions import slots
 from aitune_core.log import get_logger
 from aitune_core.names import is_valid_name
 
@@ -33,8 +34,6 @@ def _builtin(name: str) -> type[Executor]:
 
 def plugin_executors() -> dict[str, type[Executor]]:
     """Executor classes registered by loaded plugins, by name (see :func:`collect_executors`)."""
-    from aitune_core.extensions import slots
-
     return slots().executor_classes()
 
 

@@ -23,7 +23,9 @@ import torch
 from torch import nn
 
 from aitune_core.config import config
+from aitune_core.extensions import slots
 from aitune_core.graphs.forward_signature import ForwardSignature
+from aitune_core.module.recorder import call_key
 
 
 @attrs.define
@@ -56,7 +58,6 @@ class ModuleTimer:
         """Time spent in these hooks (keying calls), taken out of every enclosing module's time."""
         self._signatures: dict[int, ForwardSignature | None] = {}
         self._sync = _synchronizer(root)
-        from aitune_core.extensions import slots
 
         self._key_parts = slots().graph_key_parts()
         for path, module in root.named_modules(remove_duplicate=True):
@@ -103,8 +104,6 @@ class ModuleTimer:
         timing.total_s += end - start - (self.overhead_s - overhead_then)
 
     def _key(self, module: nn.Module, timing: ModuleTiming, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        from aitune_core.module.recorder import call_key
-
         key = id(module)
         if key not in self._signatures:
             try:

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from aitune_core.inspection.module_timer import ModuleTiming
+from aitune_core.metadata.tables import render_table
 from aitune_core.wrapping import overlaps
 
 COVERAGE = 0.8
@@ -90,8 +91,6 @@ class InspectReport:
         return [row.path for row in picked] if covered >= WHOLE_MODEL else []
 
     def table(self) -> str:
-        from aitune_core.metadata.tables import render_table
-
         suggested = set(self.suggest())
         rows = [
             [

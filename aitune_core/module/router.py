@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Any
 
+from aitune_core.backends.eager import TorchEagerBackend
 from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_core.metadata.locator import Locator, get_many
 
@@ -50,7 +51,6 @@ def follows_weights(backend: Any) -> bool:
     declared = getattr(backend, "reads_live_weights", None)
     if declared is not None:
         return bool(declared)
-    from aitune_core.backends.eager import TorchEagerBackend
 
     return isinstance(backend, TorchEagerBackend)
 

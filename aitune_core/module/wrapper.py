@@ -32,7 +32,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from aitune_core.backends.state import BackendState
 from aitune_core.config import config
+from aitune_core.extensions import slots
 from aitune_core.graphs.declared_dims import DynamicShapes
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
@@ -150,7 +152,6 @@ class Module(nn.Module):
         own["_inner"] = module
         own["_state"] = ModuleState.RECORDING
         own["_signature"] = ForwardSignature(module.forward)
-        from aitune_core.extensions import slots
 
         graph_key_parts = slots().graph_key_parts
 
@@ -434,7 +435,6 @@ class Module(nn.Module):
         if not self._routes:
             self.__dict__["_state"] = ModuleState.RECORDING
             return
-        from aitune_core.backends.state import BackendState
 
         for route in self._routes.values():
             for backend in route.backends:
@@ -448,8 +448,6 @@ class Module(nn.Module):
     @staticmethod
     def _release_backends(routes: Iterable[Route], keep: set[int] | None = None) -> None:
         """Deactivate the routes' backends, except those whose ``id`` is in ``keep``."""
-        from aitune_core.backends.state import BackendState
-
         for route in routes:
             for backend in route.backends:
                 if backend.state is BackendState.ACTIVE and id(backend) not in (keep or ()):

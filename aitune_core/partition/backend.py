@@ -24,6 +24,7 @@ from aitune_core.backends.base import Backend, BackendConfig, BuildContext
 from aitune_core.backends.eager import is_plain_eager
 from aitune_core.backends.state import BackendState
 from aitune_core.config import config
+from aitune_core.extensions import slots
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.log import get_logger
 from aitune_core.module.recorder import GraphRecord, call_key
@@ -97,8 +98,6 @@ class ChildRouter:
     """
 
     def __init__(self, part: Part) -> None:
-        from aitune_core.extensions import slots
-
         self._path = part.path
         self._forward = part.module.forward
         self._signature = part.signature

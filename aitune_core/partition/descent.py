@@ -25,6 +25,8 @@ from torch import nn
 from aitune_core.backends.base import Backend, BuildContext
 from aitune_core.backends.eager import is_plain_eager
 from aitune_core.config import config
+from aitune_core.evaluate.candidate import DECLINED_STAGE, release
+from aitune_core.evaluate.result import CandidateResult
 from aitune_core.executors.base import Executor
 from aitune_core.extensions import slots
 from aitune_core.graphs.forward_signature import ForwardSignature
@@ -36,7 +38,6 @@ from aitune_core.partition.backend import ChildGraph, Part, PartitionBackend
 from aitune_core.partition.children import Child, replay_children
 from aitune_core.reporting.summary import GraphReport, TuneReport
 from aitune_core.strategies.base import TuneStrategy
-from aitune_core.strategies.candidates import DECLINED_STAGE, CandidateResult, release
 from aitune_core.strategies.graph_run import run_graph
 
 

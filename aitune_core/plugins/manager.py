@@ -4,8 +4,8 @@ The core reaches plugins only through the slots of :mod:`aitune_core.extensions`
 :func:`install_registry` fills with the registry's functions (``serialization.converter``
 extends itself through one, ``Module`` takes its key parts from another, backends run
 their steps through ``lifecycle.run_step``), so the first read of a slot is what loads
-plugins. Importing this module loads nothing: pluggy and the registry are imported
-inside functions.
+plugins. Importing this module loads neither pluggy nor the registry: they are imported
+when the registry is first asked for.
 
 Whatever these functions call or hand out calls plugins one at a time: a plugin whose
 hook raises is disabled for the rest of the process and the call goes on without it
@@ -15,9 +15,12 @@ hook raises is disabled for the rest of the process and the call goes on without
 from __future__ import annotations
 
 import threading
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import aitune_core.extensions as extensions
+from aitune_core.executors.registry import collect_executors
+from aitune_core.plugins.lifecycle import run_step
 
 if TYPE_CHECKING:
     import torch
@@ -44,7 +47,7 @@ def current_registry() -> PluginRegistry:
                 "an aitune plugin used the plugin registry while plugins were loading; "
                 "plugins must not build backends or wrap modules when imported or registered"
             )
-        from aitune_core.plugins.registry import PluginRegistry
+        from aitune_core.plugins.registry import PluginRegistry  # pluggy and every hook spec: loaded on first use
 
         _loading.active = True
         try:
@@ -77,10 +80,6 @@ def install_registry(registry: PluginRegistry | None) -> PluginRegistry | None:
 
 def _slots_of(registry: PluginRegistry) -> extensions.Slots:
     """The registry's functions, for the layers below the plugin layer."""
-    from functools import partial
-
-    from aitune_core.plugins.lifecycle import run_step
-
     return extensions.Slots(
         run_step=partial(run_step, registry),
         extend_converter=registry.extend_converter,
@@ -94,8 +93,6 @@ def _slots_of(registry: PluginRegistry) -> extensions.Slots:
 
 
 def _executor_classes(registry: PluginRegistry) -> dict[str, type]:
-    from aitune_core.executors.registry import collect_executors
-
     return collect_executors(registry.each_result("aitune_register_executors"))
 
 

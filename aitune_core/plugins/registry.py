@@ -40,6 +40,7 @@ import torch
 
 import aitune_core.plugins.hookspecs as hookspecs
 from aitune_core.backends.base import Availability, Backend, BackendConfig
+from aitune_core.backends.config_types import config_type_error, unsupported_fields
 from aitune_core.extensions import UnknownBackendError
 from aitune_core.log import get_logger
 from aitune_core.metadata.containers import CONTAINERS, ContainerType
@@ -47,6 +48,7 @@ from aitune_core.names import NAME_RULE, default_device, is_valid_name
 from aitune_core.plugins.api import API_ATTRIBUTE, MIN_SUPPORTED_PLUGIN_API, PLUGIN_API_VERSION, PROJECT_NAME
 from aitune_core.plugins.loader import PluginSource, Selection, all_sources, strict_from_env
 from aitune_core.plugins.records import Candidate, ContainerRegistrar, PluginError, PluginRecord, PluginStatus
+from aitune_core.serialization import make_converter
 
 _LIFECYCLE_HOOKS = ("aitune_before_step", "aitune_wrap_step", "aitune_after_step")
 _KEY_PARTS_HOOK = "aitune_graph_key_parts"
@@ -307,9 +309,6 @@ class PluginRegistry(pluggy.PluginManager):
         """
         if not classes:
             return
-        from aitune_core.backends.config_types import config_type_error, unsupported_fields
-        from aitune_core.serialization import make_converter
-
         converter = make_converter()
         self._call_own(plugin, "aitune_extend_converter", converter=converter)
         for cls in classes:
@@ -613,7 +612,7 @@ class PluginRegistry(pluggy.PluginManager):
 
     def choose_strategy(self, module: Any, device: torch.device | str) -> Any | None:
         """The first strategy a plugin chooses for ``module``; an answer that is not a strategy is refused, named."""
-        from aitune_core.strategies.base import TuneStrategy
+        from aitune_core.strategies.base import TuneStrategy  # strategies load the engine: only when one is chosen
 
         results = self.each_result("aitune_choose_strategy", module=module, device=torch.device(device))
         for plugin_id, strategy in results:

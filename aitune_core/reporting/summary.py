@@ -13,12 +13,12 @@ from typing import Any
 
 import attrs
 
+from aitune_core.evaluate.result import CandidateResult, describe_range
 from aitune_core.metadata.tables import render_table
 from aitune_core.profiling.budget import ProfilingBudget
 from aitune_core.profiling.measurement import Measurement
 from aitune_core.profiling.stats import Speedup
 from aitune_core.reporting.partition_tree import PartitionNode, render_partition
-from aitune_core.strategies.candidates import CandidateResult, describe_range
 
 SUMMARY_HEADERS = [
     "Module",

@@ -3,7 +3,7 @@
 A strategy receives the graph, its recorded samples and the candidates (blueprints),
 and returns one built, ACTIVE backend. Subclasses implement ``_tune(session)`` and may
 extend ``_pre_tune(session)``/``_post_tune(session)``; the session
-(:class:`~aitune_core.strategies.candidates.GraphSession`) holds the module, the
+(:class:`~aitune_core.evaluate.candidate.GraphSession`) holds the module, the
 graph, its samples, the device and the log. The shared steps (build a copy, validate against eager,
 then compare with eager at every serving batch size and route each range to its
 winner) live in :meth:`TuneStrategy.evaluate` and :meth:`TuneStrategy.route_by_batch`,
@@ -29,24 +29,20 @@ import torch
 from aitune_core.backends.base import Availability, Backend
 from aitune_core.backends.eager import TorchEagerBackend, is_plain_eager
 from aitune_core.backends.tolerances import Tolerances
+from aitune_core.config import config
+from aitune_core.evaluate.candidate import discard, failure_reason
+from aitune_core.evaluate.result import CandidateResult, Status, describe_range
+from aitune_core.evaluate.session import GraphSession
 from aitune_core.executors.base import CandidateTask, Executor, PendingCandidate
+from aitune_core.executors.inprocess import InProcessExecutor
+from aitune_core.executors.registry import resolve_executor
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.guard import ModuleChangedError, ModuleGuard
 from aitune_core.log import get_logger
 from aitune_core.profiling.measurement import ProfileConfig
 from aitune_core.profiling.timer import Timer, WallClock
-from aitune_core.strategies.candidates import (  # noqa: F401 - the errors are re-exported for strategies
-    CandidateFailedError,
-    CandidateRejectedError,
-    CandidateResult,
-    GraphSession,
-    Status,
-    describe_range,
-    discard,
-    failure_reason,
-)
-from aitune_core.strategies.defaults import skipped_as_lossy
+from aitune_core.strategies.defaults import default_backends, skipped_as_lossy
 from aitune_core.strategies.ranking import Allowed, Ranking, Segment, Winners, lost_reason, merge, plan, rank, winners
 
 DEFAULT_PERFORMANCE_GATE = 1.01
@@ -199,8 +195,6 @@ class TuneStrategy(abc.ABC):
         """
 
     def _timer(self) -> Timer:
-        from aitune_core.config import config
-
         return self.timer or config.timer or WallClock()
 
     # ------------------------------------------------------------------ helpers for subclasses
@@ -210,8 +204,6 @@ class TuneStrategy(abc.ABC):
         Tolerances given to the strategy are the user's own bound on the error, so
         candidates that change the numbers on purpose are judged against them.
         """
-        from aitune_core.config import config
-
         return config.allow_lossy or bool(self.tolerances.by_dtype)
 
     def offered(self, device: torch.device) -> list[tuple[Backend, Availability]]:
@@ -300,8 +292,6 @@ class TuneStrategy(abc.ABC):
 
     def _executor(self) -> Executor:
         if self.executor is None:
-            from aitune_core.executors.inprocess import InProcessExecutor
-
             self.executor = InProcessExecutor()
         return self.executor
 
@@ -478,9 +468,6 @@ def _graph_executor(executor: Executor | None) -> Iterator[Executor]:
     if executor is not None:
         yield executor
         return
-    from aitune_core.config import config
-    from aitune_core.executors.registry import resolve_executor
-
     chosen, owned = resolve_executor(config.executor)
     try:
         yield chosen
@@ -506,6 +493,4 @@ def _never_wins(result: CandidateResult) -> bool:
 
 
 def _plugin_defaults(device: torch.device, allow_lossy: bool) -> list[tuple[Backend, Availability]]:
-    from aitune_core.strategies.defaults import default_backends
-
     return default_backends(device, allow_lossy)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 
 from aitune_core.backends.base import Availability, Backend
+from aitune_core.config import config
+from aitune_core.extensions import slots
 
 LOSSY_REASON = "lossy (changes numbers on purpose); set ait.config.allow_lossy = True or name it to try it"
 """Why a lossy default candidate was skipped; the plan, the log and the summary show it."""
@@ -22,9 +24,6 @@ def default_backends(device: torch.device, allow_lossy: bool | None = None) -> l
     Lossy ones count as unavailable unless ``allow_lossy`` (None: ``config.allow_lossy``);
     a candidate that cannot run here keeps that reason, since opting in would not help.
     """
-    from aitune_core.config import config
-    from aitune_core.extensions import slots
-
     allowed = config.allow_lossy if allow_lossy is None else allow_lossy
     offered = []
     for candidate in slots().default_candidates(torch.device(device)):

@@ -10,8 +10,8 @@ that are thrown away.
 from __future__ import annotations
 
 from aitune_core.backends.base import Backend
+from aitune_core.evaluate.session import GraphSession
 from aitune_core.strategies.base import TuneStrategy
-from aitune_core.strategies.candidates import GraphSession
 
 
 class FirstWinsStrategy(TuneStrategy):

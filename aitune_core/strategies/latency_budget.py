@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from aitune_core.backends.base import Backend
+from aitune_core.evaluate.result import CandidateResult, Status
+from aitune_core.evaluate.session import GraphSession
 from aitune_core.profiling.measurement import Measurement
 from aitune_core.strategies.base import TuneStrategy
-from aitune_core.strategies.candidates import CandidateResult, GraphSession, Status
 from aitune_core.strategies.ranking import Ranking
 
 

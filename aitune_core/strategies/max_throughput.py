@@ -11,10 +11,10 @@ the user's word on what is served: no search goes past it.
 from __future__ import annotations
 
 from aitune_core.backends.base import Backend
+from aitune_core.evaluate.session import GraphSession
 from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_core.profiling.sweep import search_max_batch
 from aitune_core.strategies.base import TuneStrategy
-from aitune_core.strategies.candidates import GraphSession
 
 
 def widen_batch_range(graph: GraphSpec, max_batch: int) -> None:

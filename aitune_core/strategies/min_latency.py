@@ -8,8 +8,8 @@ latency is judged at the sizes the user's calls come in.
 from __future__ import annotations
 
 from aitune_core.backends.base import Backend
+from aitune_core.evaluate.session import GraphSession
 from aitune_core.strategies.base import TuneStrategy
-from aitune_core.strategies.candidates import GraphSession
 
 
 class MinLatencyStrategy(TuneStrategy):

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from aitune_core.backends.base import Backend
+from aitune_core.evaluate.session import GraphSession
 from aitune_core.strategies.base import TuneStrategy
-from aitune_core.strategies.candidates import GraphSession
 
 
 class OneBackendStrategy(TuneStrategy):

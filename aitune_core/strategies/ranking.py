@@ -21,12 +21,13 @@ from typing import Any
 
 import attrs
 
+from aitune_core.evaluate.result import CandidateResult, Status, describe_range
+from aitune_core.evaluate.session import GraphSession
 from aitune_core.profiling.budget import current_budget
 from aitune_core.profiling.compare import BatchComparison, Variant, compare
 from aitune_core.profiling.measurement import Measurement
 from aitune_core.profiling.stats import Speedup
 from aitune_core.profiling.timer import EAGER, Timer
-from aitune_core.strategies.candidates import CandidateResult, GraphSession, Status, describe_range
 
 Allowed = Callable[[CandidateResult, Measurement], bool]
 """Whether a candidate may serve a batch size, given what it measured there."""

@@ -14,8 +14,10 @@ What the shipped plugins' tests share, importable on its own:
 :mod:`~aitune_core.testing.recording` (a graph recorded as ``tune()`` records it),
 :mod:`~aitune_core.testing.child_process` (a fresh interpreter importing the same
 sources), :mod:`~aitune_core.testing.packaging` (the entry point, declared and
-installed) and :mod:`~aitune_core.testing.checkpoint_fuzz`. Two more pytest plugins
-are opt-in, since their fixtures apply to every test or take common names:
+installed), :mod:`~aitune_core.testing.checkpoint_fuzz` and
+:mod:`~aitune_core.testing.engine` (what plugin tests look at inside a run, so that they
+import the core only through ``plugin_api``, ``testing`` and ``aitune_core``). Two more
+pytest plugins are opt-in, since their fixtures apply to every test or take common names:
 :mod:`~aitune_core.testing.isolation` (default config per test, failed loads change
 nothing) and :mod:`~aitune_core.testing.recorded` (the tiny models, recorded).
 

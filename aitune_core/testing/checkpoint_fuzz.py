@@ -30,10 +30,11 @@ from torch import nn
 from aitune_core.backends.base import Backend
 from aitune_core.checkpoint.load import load
 from aitune_core.checkpoint.load_plan import plan_load
-from aitune_core.checkpoint.manifest import MANIFEST_NAME, CheckpointError
+from aitune_core.checkpoint.manifest import MANIFEST_NAME
 from aitune_core.checkpoint.save import save
 from aitune_core.checkpoint.signing import SIGNATURE_NAME
 from aitune_core.config import config
+from aitune_core.errors import CheckpointError
 from aitune_core.module.wrapper import Module
 from aitune_core.profiling.measurement import ProfileConfig
 from aitune_core.strategies.first_wins import FirstWinsStrategy

@@ -34,6 +34,7 @@ from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import Sample
 from aitune_core.log import get_logger
 from aitune_core.metadata.copies import owned_copy
+from aitune_core.metadata.locator import Locator, map_leaves
 
 Kind = Literal["output shape", "value", "control flow"]
 
@@ -126,8 +127,6 @@ def _fake_run(
 
 
 def _faked(arguments: Any, mode: Any) -> Any:
-    from aitune_core.metadata.locator import Locator, map_leaves
-
     def fake(_locator: Locator, leaf: Any) -> Any:
         return mode.from_tensor(leaf) if isinstance(leaf, torch.Tensor) and not leaf.is_meta else leaf
 

@@ -15,8 +15,9 @@ from weight_file_backend import WeightFileBackend
 
 import aitune_core as ait
 from aitune_core.backends.artifacts import seal_of
-from aitune_core.checkpoint import CheckpointError, save
+from aitune_core.checkpoint.save import save
 from aitune_core.config import config
+from aitune_core.errors import CheckpointError
 from aitune_core.profiling import ProfileConfig
 from aitune_core.testing.fake_dists import write_fake_dist
 
@@ -34,7 +35,7 @@ from pathlib import Path
 import torch
 
 import aitune_core as ait
-from aitune_core.checkpoint import save
+from aitune_core.checkpoint.save import save
 from aitune_core.profiling import ProfileConfig
 from weight_file_backend import WeightFileBackend
 
@@ -76,7 +77,7 @@ import sys
 
 import torch
 
-from aitune_core.checkpoint import load
+from aitune_core.checkpoint.load import load
 
 folder, seed = sys.argv[1:]
 torch.manual_seed(999)

@@ -17,9 +17,12 @@ import torch
 from torch import nn
 
 import aitune_core as ait
-from aitune_core.checkpoint import MIGRATIONS, CheckpointError, load, save
 from aitune_core.checkpoint.files import sha256_of
+from aitune_core.checkpoint.load import load
+from aitune_core.checkpoint.manifest import MIGRATIONS
+from aitune_core.checkpoint.save import save
 from aitune_core.config import config
+from aitune_core.errors import CheckpointError
 from aitune_core.profiling import ProfileConfig
 
 FAST = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.001, max_time_s=0.01, max_batch_search=False)
@@ -94,7 +97,7 @@ def test_round_trip_in_a_fresh_process_with_other_weights(tmp_path: Path, saved:
     result = run_python(
         f"""
         import torch, aitune_core as ait
-        from aitune_core.checkpoint import load
+        from aitune_core.checkpoint.load import load
         import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_checkpoint import Pipeline
         torch.manual_seed(123)
@@ -256,7 +259,7 @@ def test_a_killed_save_leaves_the_previous_checkpoint_intact(saved: Saved, tmp_p
     script = f"""
         import torch, aitune_core as ait
         from torch import nn
-        from aitune_core.checkpoint import save
+        from aitune_core.checkpoint.save import save
         from aitune_core.profiling import ProfileConfig
         big = nn.Sequential(nn.Linear(4096, 4096), nn.Linear(4096, 4096), nn.Linear(4096, 8)).eval()
         m = ait.Module(big, "big")

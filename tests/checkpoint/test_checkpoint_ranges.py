@@ -22,10 +22,10 @@ from torch import nn
 from weight_file_backend import WeightFileBackend
 
 import aitune_core as ait
-from aitune_core.checkpoint import CheckpointError
 from aitune_core.checkpoint.inspect import describe_checkpoint
 from aitune_core.checkpoint.manifest import migrate
 from aitune_core.config import config
+from aitune_core.errors import CheckpointError
 from aitune_core.module.router import RUN_EAGERLY, Route
 from aitune_core.profiling import ProfileConfig
 from aitune_core.profiling.timer import EAGER, ScriptedTimer

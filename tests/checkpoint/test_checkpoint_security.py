@@ -18,9 +18,11 @@ import torch
 from torch import nn
 
 import aitune_core as ait
-from aitune_core.checkpoint import CheckpointError, load, save
 from aitune_core.checkpoint.files import sha256_of
+from aitune_core.checkpoint.load import load
+from aitune_core.checkpoint.save import save
 from aitune_core.config import config
+from aitune_core.errors import CheckpointError
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module
 from aitune_core.profiling import ProfileConfig
 from aitune_core.testing.checkpoint_fuzz import Canaries, fuzz_manifest

@@ -30,7 +30,9 @@ import torch
 from torch import nn
 
 import aitune_core as ait
-from aitune_core.checkpoint import load, save, staging
+from aitune_core.checkpoint import staging
+from aitune_core.checkpoint.load import load
+from aitune_core.checkpoint.save import save
 from aitune_core.config import config
 from aitune_core.log import capture
 from aitune_core.profiling import ProfileConfig

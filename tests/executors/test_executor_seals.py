@@ -12,7 +12,7 @@ from executor_backends import FAST_PROFILE, ArtifactBackend, SlowableMLP
 
 import aitune_core as ait
 from aitune_core.backends.artifacts import ArtifactSeal, seal_of
-from aitune_core.checkpoint import CheckpointError
+from aitune_core.errors import CheckpointError
 from aitune_core.executors import ExecutorError
 from aitune_core.executors.isolated.remote import seal_restored
 from aitune_core.strategies import FirstWinsStrategy

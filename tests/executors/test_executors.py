@@ -14,6 +14,7 @@ from executor_backends import FAST_PROFILE, FastBackend, SlowableMLP
 
 import aitune_core as ait
 from aitune_core.backends import TorchEagerBackend
+from aitune_core.evaluate.session import GraphSession
 from aitune_core.executors import (
     CandidateTask,
     Executor,
@@ -27,7 +28,6 @@ from aitune_core.executors import (
     resolve_executor,
 )
 from aitune_core.strategies import FirstWinsStrategy, MaxThroughputStrategy
-from aitune_core.strategies.candidates import GraphSession
 from aitune_core.testing import fixtures
 
 aitune_fake_dist = fixtures.aitune_fake_dist

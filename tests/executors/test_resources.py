@@ -25,11 +25,11 @@ from resource_backends import HelperBackend, HoardBackend, TrackedBackend, helpe
 import aitune_core as ait
 from aitune_core.backends import BackendState
 from aitune_core.data import MAX_BATCH_SIZE, DatasetError, check_batch_sizes
+from aitune_core.evaluate.candidate import release
 from aitune_core.executors import SubprocessExecutor
 from aitune_core.executors.base import DEFAULT_TIMEOUT_S
 from aitune_core.executors.isolated import memory, subprocess_executor
 from aitune_core.strategies import MaxThroughputStrategy
-from aitune_core.strategies.candidates import release
 
 linux_only = pytest.mark.skipif(not Path("/proc/self/statm").is_file(), reason="reads /proc")
 

@@ -26,12 +26,12 @@ from executor_backends import (
 
 import aitune_core as ait
 from aitune_core.backends import BackendState, TorchEagerBackend
+from aitune_core.evaluate.result import CandidateFailedError
 from aitune_core.executors import SubprocessExecutor
 from aitune_core.log import capture
 from aitune_core.module.wrapper import MODULE_REGISTRY
 from aitune_core.plugins import manager
 from aitune_core.strategies import FirstWinsStrategy, MaxThroughputStrategy, OneBackendStrategy
-from aitune_core.strategies.candidates import CandidateFailedError
 from aitune_core.testing import fixtures
 
 aitune_fake_dist = fixtures.aitune_fake_dist

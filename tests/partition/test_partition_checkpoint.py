@@ -19,10 +19,10 @@ import torch
 from partition_helpers import NestedMaskedBlock, ThreeBlocks, TracedBackend
 
 import aitune_core as ait
-from aitune_core.checkpoint import CheckpointError
 from aitune_core.checkpoint.inspect import describe_checkpoint
 from aitune_core.checkpoint.manifest import read_manifest
 from aitune_core.checkpoint.partition_plan import MAX_DEPTH, plan_parts
+from aitune_core.errors import CheckpointError
 from aitune_core.partition.backend import PartitionBackend
 from aitune_core.profiling import ProfileConfig
 

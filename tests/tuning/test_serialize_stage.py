@@ -13,7 +13,8 @@ from tuning_helpers import FAST_PROFILE, SlowableMLP
 import aitune_core as ait
 from aitune_core.backends.base import Backend, BackendConfig, BuildContext
 from aitune_core.backends.eager import TorchEagerBackend
-from aitune_core.checkpoint import CheckpointError, save
+from aitune_core.checkpoint.save import save
+from aitune_core.errors import CheckpointError
 from aitune_core.serialization import UnstableDataError, stable_hash
 from aitune_core.strategies import FirstWinsStrategy
 from aitune_core.tuning import tune

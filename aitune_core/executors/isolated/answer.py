@@ -1,6 +1,6 @@
 """What a worker says about one candidate: its summary row itself, and the events it logged for it.
 
-The row is the strategy's own :class:`~aitune_core.strategies.candidates.CandidateResult`,
+The row is the strategy's own :class:`~aitune_core.evaluate.candidate.CandidateResult`,
 sent as JSON through the project's converter, never pickled; what only exists in the
 worker's process (the live backend, the blueprint) stays there. The worker's events
 are shown here as they were logged there, with ``worker=pid@host``, so the console
@@ -18,8 +18,8 @@ from typing import Any
 import attrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from aitune_core.evaluate.result import CandidateResult
 from aitune_core.serialization import converter
-from aitune_core.strategies.candidates import CandidateResult
 
 _OURS = ("backend", "key", "blueprint")
 """Fields of the strategy's row that it made itself: an answer never replaces them."""

@@ -32,6 +32,8 @@ import attrs
 import torch
 
 from aitune_core.backends.tolerances import Tolerances
+from aitune_core.evaluate.session import GraphSession
+from aitune_core.extensions import UnknownBackendError, slots
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.sample_data import decode_samples, encode_samples
 from aitune_core.graphs.spec_data import GraphSpecData
@@ -40,7 +42,7 @@ from aitune_core.serialization import converter
 
 if TYPE_CHECKING:
     from aitune_core.backends.base import Backend
-    from aitune_core.strategies.candidates import GraphSession
+    from aitune_core.evaluate.session import GraphSession
 
 GRAPH_FILE = "graph.json"
 MODULE_FILE = "module.pt"
@@ -103,8 +105,6 @@ class GraphPayload:
 
     def open(self, cache_dir: Path, log: Any) -> GraphSession:
         """The session a worker tries candidates in: the same graph, module and samples as the parent's."""
-        from aitune_core.strategies.candidates import GraphSession
-
         device = local_device(self.spec["device"])
         shipped = torch.load(io.BytesIO(self.module), map_location=device, weights_only=False)
         module: torch.nn.Module = shipped["module"]
@@ -153,8 +153,6 @@ def backend_ref(blueprint: Backend) -> dict[str, Any]:
     cls = type(blueprint)
     registered = False
     if cls.name:
-        from aitune_core.extensions import UnknownBackendError, slots
-
         try:
             registered = slots().backend_class(cls.name) is cls
         except UnknownBackendError:
@@ -183,8 +181,6 @@ def backend_from_ref(ref: dict[str, Any]) -> Backend:
     """A fresh blueprint from :func:`backend_ref`'s data, in this process."""
     cls: type[Backend]
     if ref.get("name"):
-        from aitune_core.extensions import slots
-
         cls = slots().backend_class(ref["name"])
     else:
         module, _, qualname = ref["import"].partition(":")

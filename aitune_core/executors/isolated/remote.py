@@ -33,13 +33,17 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from aitune_core.backends.artifacts import ArtifactChangedError, ArtifactSeal, seal, seal_passed, verify_files
+from aitune_core.evaluate.candidate import release
+from aitune_core.evaluate.result import CandidateFailedError, CandidateRejectedError
 from aitune_core.executors.base import CandidateTask, Executor, ExecutorError, FinishedCandidate, PendingCandidate
 from aitune_core.executors.isolated.answer import Answer
 from aitune_core.executors.isolated.payload import GraphPayload, UnshippableBackendError, backend_ref
 
 if TYPE_CHECKING:
     from aitune_core.backends.base import Backend
-    from aitune_core.strategies.candidates import CandidateResult, GraphSession
+    from aitune_core.evaluate.result import CandidateResult
+    from aitune_core.evaluate.session import GraphSession
 
 
 @attrs.define(eq=False)
@@ -167,8 +171,6 @@ class RemoteExecutor(Executor):
             return shipment
 
     def restore(self, session: GraphSession, result: CandidateResult, validate: bool) -> Backend:
-        from aitune_core.strategies.candidates import release
-
         data, blueprint = result.backend_data, result.blueprint
         if data is None or blueprint is None:
             raise ExecutorError(f"{result.backend} did not pass, so there is nothing to restore")
@@ -251,8 +253,6 @@ class _Pending(PendingCandidate):
 
 
 def _raise_if_asked(task: CandidateTask) -> None:
-    from aitune_core.strategies.candidates import CandidateFailedError, CandidateRejectedError
-
     if task.raise_errors and task.result.status == "rejected":
         raise CandidateRejectedError(task.result)
     if task.raise_errors and task.result.status == "failed":
@@ -267,8 +267,6 @@ def seal_restored(backend: Backend, data: dict[str, Any], label: str) -> None:
     and ``save`` later checks them against that seal. A JIT backend rebuilt here has
     files of its own build, sealed as they are now.
     """
-    from aitune_core.backends.artifacts import ArtifactChangedError, ArtifactSeal, seal, seal_passed, verify_files
-
     sealed = data.get("seal")
     if data.get("is_jit") or sealed is None:
         seal_passed(backend)

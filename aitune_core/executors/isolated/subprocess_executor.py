@@ -56,7 +56,7 @@ from aitune_core.executors.isolated.remote import RemoteExecutor
 from aitune_core.executors.isolated.worker import EXIT_OUT_OF_MEMORY
 
 if TYPE_CHECKING:
-    from aitune_core.strategies.candidates import GraphSession
+    from aitune_core.evaluate.session import GraphSession
 
 
 @attrs.define(eq=False)

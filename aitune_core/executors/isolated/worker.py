@@ -37,12 +37,14 @@ from typing import Any
 import torch
 
 from aitune_core.backends.artifacts import seal_of
+from aitune_core.evaluate.candidate import failure_reason, release, run_candidate
+from aitune_core.evaluate.result import CandidateResult
+from aitune_core.evaluate.session import GraphSession
 from aitune_core.executors.isolated.answer import Answer, looks_out_of_memory
 from aitune_core.executors.isolated.payload import GraphPayload, backend_from_ref
 from aitune_core.executors.isolated.priority import step_aside
 from aitune_core.guard import ModuleGuard, ModuleRestoreError
 from aitune_core.log import capture, get_logger
-from aitune_core.strategies.candidates import CandidateResult, GraphSession, failure_reason, release, run_candidate
 
 EXIT_OUT_OF_MEMORY = 3
 """Exit status of a child that ran out of memory before it could write its answer."""

@@ -9,8 +9,8 @@ import torch
 from aitune_example_backend import FxFuseBackend
 
 import aitune_core
-from aitune_core.plugins import PluginStatus
 from aitune_core.testing import BackendConformance
+from aitune_core.testing.engine import PluginStatus
 
 
 def small_convnet() -> torch.nn.Module:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from aitune_core.backends.base import BuildContext
+from aitune_core.plugin_api import BuildContext
 from aitune_core.testing.models import Call
 from aitune_core.testing.recording import record
 

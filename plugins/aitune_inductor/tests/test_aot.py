@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aitune_core.backends.base import BuildContext
-from aitune_core.backends.state import BackendState
+from aitune_core.plugin_api import BackendState, BuildContext
 from aitune_core.testing.child_process import env_with_sources
 from aitune_core.testing.recording import at_shape
 from aitune_inductor import TorchInductorAotBackend

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from aitune_core.backends.base import BuildContext
+from aitune_core.plugin_api import BuildContext
 from aitune_inductor import aot
 from aitune_inductor.aot import PackageRunner, TorchInductorAotBackend
 

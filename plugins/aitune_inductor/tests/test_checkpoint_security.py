@@ -15,13 +15,13 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.checkpoint.files import sha256_of
 from aitune_core.testing.checkpoint_fuzz import (
     Canaries,
     TunedCheckpoint,
     assert_tuned_checkpoint_survives_fuzzing,
     tune_and_save,
 )
+from aitune_core.testing.engine import sha256_of
 from aitune_inductor import TorchInductorAotBackend, TorchInductorJitBackend
 
 

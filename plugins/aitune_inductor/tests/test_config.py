@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from aitune_core.backends.safe_options import UnsafeOptionError
-from aitune_core.backends.state import BackendState
+from aitune_core.plugin_api import BackendState, UnsafeOptionError
 from aitune_core.testing.child_process import run_python
 from aitune_inductor import (
     TorchInductorAotBackend,

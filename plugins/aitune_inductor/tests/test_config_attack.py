@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from aitune_core.plugins import get_backend_class
+from aitune_core.testing.engine import get_backend_class
 from aitune_inductor import TorchInductorJitBackend
 
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from aitune_core.backends.base import BuildContext
+from aitune_core.plugin_api import BuildContext
 from aitune_core.testing import BackendConformance
 from aitune_core.testing.models import KeywordsAndDynamicAxisCalls
 from aitune_inductor import TorchInductorAotBackend, TorchInductorJitBackend

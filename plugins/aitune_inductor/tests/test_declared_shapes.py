@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.profiling.measurement import ProfileConfig
+from aitune_core import ProfileConfig
 from aitune_core.testing.models import TinyEncoder, encoder_call
 from aitune_inductor import TorchInductorJitBackend
 from aitune_inductor.compile_watch import CompileCounts

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from aitune_core.backends.base import BuildContext
+from aitune_core.plugin_api import BuildContext
 from aitune_core.testing.models import mlp_call
 from aitune_core.testing.recording import at_shape, record
 from aitune_inductor import TorchInductorJitBackend

@@ -19,7 +19,7 @@ import attrs
 import pytest
 import torch
 
-from aitune_core.backends.base import BuildContext
+from aitune_core.plugin_api import BuildContext
 from aitune_core.testing.recording import at_shape
 from aitune_inductor import TorchInductorAotBackend, aot
 from aitune_inductor.aot import PACKAGE_ARTIFACT, load_package

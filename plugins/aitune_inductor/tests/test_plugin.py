@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from aitune_core.plugins import PluginStatus, default_candidates, get_backend_class
+from aitune_core.testing.engine import PluginStatus, default_candidates, get_backend_class
 from aitune_core.testing.packaging import installed_entry_points, pyproject
 from aitune_inductor import TorchInductorAotBackend, TorchInductorJitBackend
 

@@ -21,8 +21,9 @@ from torch import nn
 
 from aitune_core._version import __version__
 from aitune_core.backends.build_folders import weights_fingerprint
-from aitune_core.checkpoint import load, save
+from aitune_core.checkpoint.load import load
 from aitune_core.checkpoint.manifest import MANIFEST_NAME
+from aitune_core.checkpoint.save import save
 from aitune_core.config import config
 from aitune_core.serialization import stable_hash
 

@@ -11,9 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from aitune_core.backends.base import BuildContext
-from aitune_core.backends.state import BackendState
-from aitune_core.metadata.locator import walk_outputs
+from aitune_core.plugin_api import BackendState, BuildContext, walk_outputs
 from aitune_core.testing.recording import at_shape
 from aitune_onnx import ONNXRuntimeBackend
 from aitune_onnx.layout import ConstantMismatchError

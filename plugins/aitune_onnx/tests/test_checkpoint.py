@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.profiling.measurement import ProfileConfig
+from aitune_core import ProfileConfig
 from aitune_core.testing.fake_dists import write_fake_dist
 from aitune_onnx import ONNXRuntimeBackend
 

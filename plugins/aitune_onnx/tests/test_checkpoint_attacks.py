@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.profiling.measurement import ProfileConfig
+from aitune_core import ProfileConfig
 from aitune_onnx import ONNXRuntimeBackend
 
 pytestmark = pytest.mark.slow

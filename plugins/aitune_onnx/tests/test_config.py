@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from aitune_core.backends.safe_options import UnsafeOptionError
-from aitune_core.backends.state import BackendState
+from aitune_core.plugin_api import BackendState, UnsafeOptionError
 from aitune_onnx import ONNXRuntimeBackend, ONNXRuntimeBackendConfig
 from aitune_onnx.provider_options import _REFUSALS, PROVIDER_OPTIONS
 from aitune_onnx.session import _providers

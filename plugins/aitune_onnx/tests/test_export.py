@@ -10,7 +10,7 @@ import onnxruntime
 import pytest
 import torch
 
-from aitune_core.backends.base import BuildContext
+from aitune_core.plugin_api import BuildContext
 from aitune_core.testing.recording import at_shape, record
 from aitune_onnx import ExportConfig, ExportedModel, ExportError, export_graph
 from aitune_onnx.dims import read_dims
@@ -47,7 +47,7 @@ def _run_raw(exported: ExportedModel, context: BuildContext, which: str) -> None
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
-    from aitune_core.metadata.locator import walk_outputs
+    from aitune_core.plugin_api import walk_outputs
 
     return [leaf for _, leaf in walk_outputs(value) if isinstance(leaf, torch.Tensor)]
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import aitune_onnx.export_cache as export_cache
-from aitune_core.backends.base import BuildContext
-from aitune_core.log import capture
+from aitune_core.plugin_api import BuildContext
+from aitune_core.testing.engine import capture
 from aitune_onnx import ExportConfig, ONNXRuntimeBackend
 from aitune_onnx.export_key import export_key
 

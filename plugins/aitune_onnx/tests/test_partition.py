@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import aitune_core as ait
-from aitune_core.profiling.measurement import ProfileConfig
+from aitune_core import ProfileConfig
 from aitune_core.testing.timing import steady_timer
 from aitune_onnx import ONNXRuntimeBackend
 

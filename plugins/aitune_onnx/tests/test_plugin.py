@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import torch
 
-from aitune_core.plugins import PluginStatus, default_candidates, get_backend_class
 from aitune_core.testing.child_process import run_python
+from aitune_core.testing.engine import PluginStatus, default_candidates, get_backend_class
 from aitune_core.testing.packaging import installed_entry_points, pyproject
 from aitune_onnx import ONNXRuntimeBackend
 

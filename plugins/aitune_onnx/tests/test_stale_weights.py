@@ -11,9 +11,8 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.log import capture
-from aitune_core.module.router import Route
-from aitune_core.profiling import ProfileConfig
+from aitune_core import ProfileConfig
+from aitune_core.testing.engine import Route, capture
 from aitune_onnx import ONNXRuntimeBackend
 
 pytestmark = pytest.mark.slow

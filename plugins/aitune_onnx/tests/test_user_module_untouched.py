@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.profiling import ProfileConfig
+from aitune_core import ProfileConfig
 from aitune_core.testing.models import TinyMLP, mlp_call
 from aitune_core.testing.recording import record
 from aitune_onnx import ExportConfig, ONNXRuntimeBackend, export_graph

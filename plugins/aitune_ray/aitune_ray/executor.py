@@ -3,7 +3,7 @@
 What travels, and how often:
 
 * per graph, once: the module, its recorded samples and the graph spec, as one
-  :class:`~aitune_core.plugin_api.GraphPayload` put in Ray's object store
+  :class:`~aitune_core.plugin_api.executors.GraphPayload` put in Ray's object store
   (``ray.put``); every task of the graph gets a reference, so a node fetches it once
   however many candidates it runs;
 * per candidate: the backend's registered name and config (plain data), and back its
@@ -41,14 +41,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from aitune_core.plugin_api import (
+from aitune_core.plugin_api import get_logger
+from aitune_core.plugin_api.executors import (
     DEFAULT_TIMEOUT_S,
     EXIT_OUT_OF_MEMORY,
     Answer,
     ExecutorError,
     RemoteExecutor,
     default_limit_mb,
-    get_logger,
 )
 from aitune_ray.artifacts import unpack_artifacts
 from aitune_ray.memory_watch import CandidateMemoryError, MemoryWatch
@@ -57,7 +57,7 @@ from aitune_ray.worker import has_artifacts
 if TYPE_CHECKING:
     import torch
 
-    from aitune_core.plugin_api import CandidateResult, GraphPayload, GraphSession
+    from aitune_core.plugin_api.executors import CandidateResult, GraphPayload, GraphSession
 
 UNSTARTED = "ray (not started)"
 """The worker column of a candidate that no worker took (the cluster never had room for it)."""

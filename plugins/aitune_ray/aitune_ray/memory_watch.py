@@ -4,7 +4,7 @@ A Ray worker runs candidates in its own process, so, unlike a subprocess child, 
 cannot be killed when its candidate holds too much: :class:`MemoryWatch` raises
 :class:`CandidateMemoryError` in the candidate's thread instead, so that the candidate
 fails with a reason and the worker lives on. What counts is what the subprocess
-executor counts (:func:`aitune_core.plugin_api.held_bytes`): the anonymous resident
+executor counts (:func:`aitune_core.plugin_api.executors.held_bytes`): the anonymous resident
 memory of the worker and of every helper it started.
 """
 
@@ -16,7 +16,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 
-from aitune_core.plugin_api import held_bytes, over_limit, with_descendants
+from aitune_core.plugin_api.executors import held_bytes, over_limit, with_descendants
 
 CHECK_INTERVAL_S = 0.1
 """How often a watched candidate's memory is read; a fast allocator can overshoot by what it gains in that time."""

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aitune_core.plugin_api import PLUGIN_API_VERSION, Executor, hookimpl
+from aitune_core.plugin_api import PLUGIN_API_VERSION, hookimpl
+from aitune_core.plugin_api.executors import Executor
 from aitune_ray.executor import RayExecutor
 
 AITUNE_PLUGIN_API = PLUGIN_API_VERSION

@@ -1,6 +1,6 @@
 """The Ray task: one candidate on one Ray worker, answered as JSON and artifact bytes.
 
-It runs the same code as a subprocess child (:func:`aitune_core.plugin_api.run_payload`),
+It runs the same code as a subprocess child (:func:`aitune_core.plugin_api.executors.run_payload`),
 in a folder of its own on the worker's machine, since the driver's cache folder may not
 exist there. That includes the module guard: a candidate that changes the module it
 was shipped fails at that step, and the module is put back before the next candidate
@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aitune_core.plugin_api import run_payload, worker_id
+from aitune_core.plugin_api.executors import run_payload, worker_id
 from aitune_ray.artifacts import PackedArtifacts, pack_artifacts
 
 if TYPE_CHECKING:
-    from aitune_core.plugin_api import CandidateResult, GraphPayload
+    from aitune_core.plugin_api.executors import CandidateResult, GraphPayload
 
 FOLDER_PREFIX = "aitune-candidate-"
 

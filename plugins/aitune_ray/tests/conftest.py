@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from aitune_core.config import config
+from aitune_core.plugin_api import config
 from aitune_core.testing.isolation import unique_name  # noqa: F401  (the fixture, not its autouse siblings)
 from aitune_core.testing.timing import steady_timer
 

@@ -17,10 +17,9 @@ import attrs
 import torch
 from torch import nn
 
-from aitune_core.backends.base import Backend, BackendConfig, BuildContext
-from aitune_core.backends.state import BackendState
-from aitune_core.demo.models import DemoMLP
-from aitune_core.profiling.measurement import ProfileConfig
+from aitune_core import ProfileConfig
+from aitune_core.plugin_api import Backend, BackendConfig, BackendState, BuildContext
+from aitune_core.testing.engine import DemoMLP
 
 FAST_PROFILE = ProfileConfig(
     warmup_iterations=3, window=4, min_time_s=0.01, max_time_s=0.05, max_batch_search=False, sweep=False

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from aitune_core.executors.isolated.answer import Answer
+from aitune_core.plugin_api.executors import Answer
 from aitune_ray import executor as ray_executor
 from aitune_ray import memory_watch as memory
 from aitune_ray.executor import MEMORY_KEY, RayExecutor, run_limited_task

@@ -21,11 +21,8 @@ from ray_backends import (
 )
 
 import aitune_core as ait
-from aitune_core.backends import BackendState, TorchEagerBackend
-from aitune_core.demo.models import mlp_samples
-from aitune_core.executors import executor_names, get_executor_class
-from aitune_core.log import capture
-from aitune_core.reporting.summary import TuneReport
+from aitune_core import BackendState, TorchEagerBackend, TuneReport
+from aitune_core.testing.engine import capture, executor_names, get_executor_class, mlp_samples
 from aitune_ray import RayExecutor
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aitune_core.backends.base import BuildContext
+from aitune_core.plugin_api import BuildContext
 from aitune_core.testing.models import SmallMLP
 from aitune_core.testing.recording import record
 

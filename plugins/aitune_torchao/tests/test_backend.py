@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.backends.base import BuildContext
+from aitune_core.plugin_api import BuildContext
 from aitune_core.testing.models import SmallMLP
 from aitune_torchao import TorchAOBackend
 from aitune_torchao.serialization import WEIGHTS_FILE, is_quantized, load_state

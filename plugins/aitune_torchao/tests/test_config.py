@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.serialization import converter
+from aitune_core.testing.engine import converter
 from aitune_torchao import PRESETS, ModuleFilter, NotCheckpointableError, TorchAOBackend, TorchAOBackendConfig
 from aitune_torchao.quantize import torchao_config
 

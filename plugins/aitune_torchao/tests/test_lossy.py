@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.strategies.defaults import LOSSY_REASON
+from aitune_core.testing.engine import LOSSY_REASON
 from aitune_core.testing.models import SmallMLP
 from aitune_torchao import PRESETS, TorchAOBackend
 from aitune_torchao.backend import torchao_availability
@@ -58,7 +58,7 @@ def test_every_preset_and_config_is_lossy() -> None:
 
 def test_the_plan_of_the_default_strategy_skips_every_preset() -> None:
     """With every installed plugin and no strategy: nothing is built, and no preset is planned."""
-    from aitune_core.demo.models import DemoMLP
+    from aitune_core.testing.engine import DemoMLP
 
     wrapped = ait.Module(DemoMLP(width=16, hidden=32).eval(), f"torchao-lossy-{next(_names)}")
     report = ait.tune(wrapped, [torch.randn(16) for _ in range(4)], batch_sizes=[1, 2], dry_run=True)

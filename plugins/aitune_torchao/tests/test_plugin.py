@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from aitune_core.plugins import PluginStatus, default_candidates, get_backend_class
 from aitune_core.testing.child_process import env_with_sources, run_python
+from aitune_core.testing.engine import PluginStatus, default_candidates, get_backend_class
 from aitune_core.testing.packaging import installed_entry_points, pyproject
 from aitune_torchao import PRESETS, TorchAOBackend
 

@@ -8,12 +8,9 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.backends import TorchEagerBackend
-from aitune_core.backends.tolerances import Tolerances
-from aitune_core.metadata.copies import holds_state, owned_copy
-from aitune_core.metadata.locator import Locator, walk
-from aitune_core.strategies import MaxThroughputStrategy
-from aitune_core.validation.compare import compare_outputs
+from aitune_core import MaxThroughputStrategy, TorchEagerBackend
+from aitune_core.plugin_api import Locator, Tolerances, compare_outputs
+from aitune_core.testing.engine import holds_state, owned_copy, walk
 from aitune_transformers import plugin
 from aitune_transformers.phase import DECODE, PREFILL, phase
 

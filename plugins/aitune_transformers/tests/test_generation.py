@@ -26,7 +26,7 @@ pytest.importorskip("aitune_inductor", reason="needs aitune-inductor installed b
 from aitune_inductor import TorchInductorJitBackend
 
 import aitune_core as ait
-from aitune_core.config import config
+from aitune_core.plugin_api import config
 from aitune_core.testing.timing import steady_timer
 
 NEW_TOKENS = 8

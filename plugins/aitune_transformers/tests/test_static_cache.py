@@ -8,8 +8,7 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.profiling.measurement import ProfileConfig
-from aitune_core.strategies import MaxThroughputStrategy
+from aitune_core import MaxThroughputStrategy, ProfileConfig
 
 transformers = pytest.importorskip("transformers")
 aitune_inductor = pytest.importorskip("aitune_inductor", reason="the recipe compiles with aitune-inductor")

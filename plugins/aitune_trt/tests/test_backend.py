@@ -17,9 +17,7 @@ import onnx
 import pytest
 import torch
 
-from aitune_core.backends.base import BuildContext
-from aitune_core.backends.state import BackendState
-from aitune_core.metadata.locator import walk_outputs
+from aitune_core.plugin_api import BackendState, BuildContext, walk_outputs
 from aitune_core.testing.models import nested_call, tagger_call
 from aitune_core.testing.recording import at_shape
 from aitune_onnx.dims import read_dims

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from aitune_core.backends.state import BackendState
-from aitune_core.serialization import converter
+from aitune_core.plugin_api import BackendState
+from aitune_core.testing.engine import converter
 from aitune_trt import ShapeRange, TensorRTBackend, TensorRTBackendConfig
 from aitune_trt.backend import ENGINE_ARTIFACT, PROFILES_ARTIFACT
 from aitune_trt.profiles import graph_profile, profiles_to_json

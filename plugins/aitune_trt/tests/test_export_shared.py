@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import aitune_onnx.export_cache as export_cache
-from aitune_core.backends.base import BuildContext
+from aitune_core.plugin_api import BuildContext
 from aitune_onnx import ONNXRuntimeBackend
 from aitune_trt.testing import TENSORRT_11, OrtTensorRTBackend
 

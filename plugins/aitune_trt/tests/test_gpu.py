@@ -17,14 +17,10 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.backends.base import BuildContext
-from aitune_core.backends.state import BackendState
-from aitune_core.context import BATCH_SIZE_KEY, global_context
-from aitune_core.metadata.locator import walk_outputs
-from aitune_core.metadata.sample_metadata import ShapeChoice
-from aitune_core.profiling.measurement import ProfileConfig
+from aitune_core import BATCH_SIZE_KEY, ProfileConfig, global_context
+from aitune_core.plugin_api import BackendState, BuildContext, to_device, walk_outputs
 from aitune_core.testing import BackendConformance
-from aitune_core.validation.inputs import to_device
+from aitune_core.testing.engine import ShapeChoice
 from aitune_trt import OutOfProfileError, TensorRTBackend, TensorRTBuildError
 from aitune_trt.backend import PLAN_FILE, TIMING_CACHE_FILE
 
@@ -43,7 +39,7 @@ def record_on_cuda(
     cache_dir: Path,
     samples: int = 1,
 ) -> BuildContext:
-    from aitune_core.config import config
+    from aitune_core.plugin_api import config
 
     config.max_num_samples_stored = samples
     device = torch.device("cuda")

@@ -8,8 +8,7 @@ import onnx
 import pytest
 import torch
 
-from aitune_core.backends.base import BuildContext
-from aitune_core.metadata.locator import Locator
+from aitune_core.plugin_api import BuildContext, Locator
 from aitune_core.testing.models import Nested
 from aitune_onnx import export_graph
 from aitune_trt.precision import Capabilities, CastModule, PrecisionError, PrecisionPlan, plan_precision, tolerances_for

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import aitune_core as ait
-from aitune_core.backends.base import BuildContext
+from aitune_core.plugin_api import BuildContext
 from aitune_trt import OutOfProfileError, ProfileError, ProfileInput, ShapeRange, TensorRTProfile
 from aitune_trt.profiles import (
     ProfileSelector,
@@ -38,8 +38,7 @@ def test_graph_profile_is_the_recorded_min_opt_max(tagger_context: BuildContext)
 
 def test_graph_profile_takes_a_declared_range(tagger_context: BuildContext) -> None:
     """Declared dims widen the profile beyond the recorded sizes, with the declared opt."""
-    from aitune_core.graphs.declared_dims import DynamicShapes
-    from aitune_core.graphs.declared_graph import declared_graph
+    from aitune_core.testing.engine import DynamicShapes, declared_graph
 
     shapes = DynamicShapes.parse(
         {"tokens": {0: ait.BatchDim(max=32, opt=16), 1: ait.DynamicDim("seq", min=1, max=512, opt=128)}}

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from aitune_core.graphs.forward_signature import ForwardSignature
+from aitune_core.plugin_api import ForwardSignature
 from aitune_onnx.layout import IOLayout
 from aitune_trt import OutOfProfileError, ProfileInput, TensorRTProfile
 from aitune_trt.runner import TRT_DTYPES, TensorRTRunner, check_engine_profiles, torch_dtype

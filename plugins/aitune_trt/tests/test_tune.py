@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.profiling.measurement import ProfileConfig
+from aitune_core import ProfileConfig
 from aitune_core.testing.models import TinyMLP
 from aitune_trt import TensorRTBackend
 

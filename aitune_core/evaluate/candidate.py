@@ -1,4 +1,4 @@
-"""Trying one candidate on one graph: build, validate, and a record of how it went.
+"""Trying one candidate on one graph: build a copy, validate it against eager, release what lost.
 
 Timing happens afterwards, with every candidate that passed and eager side by side
 (:mod:`aitune_core.strategies.ranking`), so that all are measured under the same
@@ -21,159 +21,15 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Any, Literal
-
-import attrs
-import torch
+from typing import Any
 
 from aitune_core.backends.artifacts import seal_passed
 from aitune_core.backends.base import Backend, BuildContext
-from aitune_core.backends.tolerances import Tolerances
-from aitune_core.graphs.forward_signature import ForwardSignature
-from aitune_core.graphs.graph_spec import GraphSpec, Sample
+from aitune_core.backends.state import BackendState
+from aitune_core.evaluate.result import CandidateRejectedError, CandidateResult
+from aitune_core.evaluate.session import GraphSession
 from aitune_core.guard import ModuleChangedError, ModuleGuard, ModuleRestoreError
-from aitune_core.profiling.measurement import Measurement, ProfileConfig
-from aitune_core.profiling.stats import Speedup
-from aitune_core.profiling.timer import Timer, WallClock
 from aitune_core.third_party_output import ThirdPartyOutput, collected_third_party_output
-from aitune_core.validation.inputs import CallInputs, batch_call, validation_calls
-from aitune_core.validation.points import validation_points
-from aitune_core.validation.reference import EagerReference
-
-Status = Literal["selected", "passed", "rejected", "failed", "skipped", "fallback"]
-
-
-@attrs.define(eq=False)
-class CandidateResult:
-    """How one candidate fared on one graph; one row of the summary table."""
-
-    backend: str
-    status: Status
-    stage: str = ""
-    reason: str = ""
-    key: str = ""
-    build_s: float = 0.0
-    validate_s: float = 0.0
-    profile_s: float = 0.0
-    measurement: Measurement | None = None
-    sweep: list[Measurement] = attrs.field(factory=list)
-    speedup: float | None = None
-    max_abs_error: float | None = None
-    max_rel_error: float | None = None
-    instance: Backend | None = attrs.field(default=None, repr=False)
-    worker: str = ""
-    """Where it ran (``pid@host``) when an executor ran it outside this process; empty in-process."""
-    log_tail: str = attrs.field(default="", repr=False)
-    """The end of the worker's log when the candidate failed out of process."""
-    blueprint: Backend | None = attrs.field(default=None, repr=False)
-    backend_data: dict[str, Any] | None = attrs.field(default=None, repr=False)
-    """``to_dict()`` of the candidate as built out of process: what restores the winner here."""
-    speedups: dict[int, Speedup] = attrs.field(factory=dict)
-    """Its speedup over eager (with a confidence interval) at each batch size it was compared at."""
-    serves: list[tuple[int | None, int | None]] = attrs.field(factory=list)
-    """The batch ranges it serves once selected, ``(first, last)``; ``(None, None)``: every call."""
-
-    def serves_batch(self, size: int) -> bool:
-        return any(low is None or high is None or low <= size <= high for low, high in self.serves)
-
-    def describe_serves(self) -> str:
-        return ", ".join(describe_range(low, high) for low, high in self.serves)
-
-
-def describe_range(low: int | None, high: int | None) -> str:
-    """``"batch 1-4"``, ``"batch 8"``, or ``"every call"`` for a graph without a batch axis."""
-    if low is None or high is None:
-        return "every call"
-    return f"batch {low}" if low == high else f"batch {low}-{high}"
-
-
-class CandidateRejectedError(RuntimeError):
-    """A candidate built but gave wrong outputs; ``result`` holds the reason and the error measured."""
-
-    def __init__(self, result: CandidateResult) -> None:
-        super().__init__(result.reason)
-        self.result = result
-
-
-class CandidateFailedError(RuntimeError):
-    """A candidate run out of process failed; its original exception stayed there, ``result`` says why."""
-
-    def __init__(self, result: CandidateResult) -> None:
-        where = f" on {result.worker}" if result.worker else ""
-        super().__init__(f"{result.backend} failed at {result.stage or 'start'}{where}: {result.reason}")
-        self.result = result
-
-
-@attrs.define(eq=False)
-class GraphSession:
-    """The graph being tuned and what is shared by all of its candidates.
-
-    The eager reference outputs are computed once, lazily, and then reused for every
-    candidate. ``guard`` watches the module around every candidate
-    step; ``tune()`` shares one between a module's graphs, so that its copy of the
-    weights is made once per module.
-    """
-
-    module: torch.nn.Module
-    module_name: str
-    graph: GraphSpec
-    samples: list[Sample]
-    device: torch.device
-    cache_dir: Path
-    signature: ForwardSignature
-    tolerances: Tolerances
-    profile_config: ProfileConfig
-    log: Any
-    timer: Timer = attrs.field(factory=WallClock)
-    eager_sweep: list[Measurement] = attrs.field(factory=list)
-    """Eager's measurements from the comparisons, one per batch size compared."""
-    _reference: EagerReference | None = None
-    guard: ModuleGuard = attrs.field(
-        default=attrs.Factory(lambda self: ModuleGuard(self.module, self.module_name, log=self.log), takes_self=True)
-    )
-
-    @property
-    def reference(self) -> EagerReference:
-        if self._reference is None:
-            points = validation_points(self.graph, self.samples)
-            self._reference = EagerReference(self.module, points, self.signature, self.device)
-            for note in self._reference.skipped:
-                self.log.info("validation point skipped", note=note)
-            for note in self._reference.notes:
-                self.log.warning("weak validation reference", note=note)
-        return self._reference
-
-    # ------------------------------------------------------------------ batches
-    def batch_range(self) -> tuple[int, int] | None:
-        return self.graph.batch_range
-
-    def call_at(self, batch_size: int | None) -> tuple[CallInputs, int]:
-        """Inputs for one timed call, and the number of samples it carries."""
-        sample = self.samples[0]
-        if batch_size is None or self.batch_range() is None:
-            call = validation_calls(self.graph, [sample], self.signature, self.device)[0]
-            return call, sample.batch_size or 1
-        return batch_call(self.graph, sample, self.signature, self.device, batch_size), batch_size
-
-    def context(self, backend: Backend) -> BuildContext:
-        """A build context whose ``cache_dir`` is a new folder that only this build writes to.
-
-        See :mod:`aitune_core.backends.build_folders`: the folder is named after the
-        module's weights, the graph and the backend key, with a unique last part.
-        """
-        from aitune_core.backends import build_folders
-
-        weights = build_folders.weights_fingerprint(self.module, scope=self.guard)
-        identity = build_folders.build_identity(weights, self.graph, backend.key())
-        return BuildContext(
-            module=self.module,
-            module_name=self.module_name,
-            graph_spec=self.graph,
-            samples=self.samples,
-            device=self.device,
-            cache_dir=build_folders.claim_build_folder(build_folders.builds_root(self.cache_dir), identity),
-            signature=self.signature,
-        )
 
 
 def build_candidate(session: GraphSession, blueprint: Backend, result: CandidateResult) -> Backend:
@@ -320,8 +176,6 @@ def release(backend: Backend | None, guard: ModuleGuard | None = None) -> Module
     With ``guard``, the deactivation is a guarded step: a change it made to the user's
     module is undone and returned (a :class:`ModuleRestoreError` still propagates).
     """
-    from aitune_core.backends.state import BackendState
-
     if backend is None or backend.state is not BackendState.ACTIVE:
         return None
     if guard is None:
