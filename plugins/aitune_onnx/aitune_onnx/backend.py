@@ -69,7 +69,7 @@ class ONNXRuntimeBackend(ExportedGraphBackend):
     name = "onnxruntime"
     config_class = ONNXRuntimeBackendConfig
     supported_devices = ("cpu", "cuda")
-    availability = _ConfiguredAvailability()  # type: ignore[assignment]
+    availability = _ConfiguredAvailability()  # type: ignore[assignment, unused-ignore]
     config: ONNXRuntimeBackendConfig
     required_artifacts = (MODEL_ARTIFACT,)
     kept_extra = ("export",)

@@ -95,7 +95,7 @@ class TorchAOBackend(Backend):
     name = "torchao"
     config_class = TorchAOBackendConfig
     supported_devices = ("cpu", "cuda")
-    availability = _ConfiguredAvailability()  # type: ignore[assignment]
+    availability = _ConfiguredAvailability()  # type: ignore[assignment, unused-ignore]
     config: TorchAOBackendConfig
 
     def __init__(self, config: TorchAOBackendConfig | None = None, **overrides: Any) -> None:
