@@ -25,10 +25,9 @@ grimp = pytest.importorskip(
     "grimp", reason="import-linter (and grimp) come with the test extra: pip install -e .[test]"
 )
 
-import aitune_core  # noqa: E402
-
-PACKAGE = Path(aitune_core.__file__).resolve().parent
-REPOSITORY = PACKAGE.parent
+# The checkout, not the install: nox installs the core into site-packages, where no pyproject.toml is.
+REPOSITORY = Path(__file__).resolve().parents[2]
+PACKAGE = REPOSITORY / "aitune_core"
 PYPROJECT = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())
 LINTER: dict[str, Any] = PYPROJECT["tool"]["importlinter"]
 CONTRACTS = {contract["id"]: contract for contract in LINTER["contracts"]}
