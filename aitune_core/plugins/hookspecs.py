@@ -45,8 +45,10 @@ def aitune_register_backends() -> Sequence[type[Backend]]:
     plugin uses. The name is the class attribute `Backend.name`; the attrs config class
     is `Backend.config_class`. Two plugins registering one name are both refused.
 
-    **When.** Once, while plugins are loaded (on first use of the plugin registry, never
-    at `import aitune_core`).
+    **When.** Once, while plugins are loaded: by the first `Module()`, `tune()`, `load()`
+    or `aitune plugins` of a process, never at `import aitune_core` nor by a backend built
+    by hand. A class that is not a concrete `Backend` subclass with a valid name and an
+    attrs config class refuses the plugin, with the reason.
 
     **Returns** a sequence of `Backend` subclasses (not instances).
 
@@ -96,13 +98,13 @@ def aitune_graph_key_parts(arguments: dict[str, Any]) -> Hashable | None:
     separate graphs.
 
     **When.** On every call of a wrapped module, recording and tuned alike, so keep it
-    fast. Wrapped modules pick up the implementations present when they are created. An
+    fast. A module wrapped while no plugin implements this hook never asks it. An
     implementation that raises disables its plugin, and calls go on without its part.
 
     **Arguments.** `arguments`: the call normalised against the forward signature,
     keyed by parameter name. **Returns** a value made of plain data (str, int, float,
     bool, None and tuples of them, so that checkpoints can store it), or `None` for no
-    part. Parts are keyed by plugin, so plugins cannot collide.
+    part. Parts are keyed by plugin and ordered by it, so plugins cannot collide.
 
     ```python
     @hookimpl
@@ -203,8 +205,10 @@ def aitune_wrap_step(step: str, backend: Backend) -> Generator[None, None, None]
     and yield exactly once. The yield raises the step's error, if any: let it
     propagate, since the backend's state is only advanced when the step succeeds. The
     step's error propagates even if a wrapper swallows it; a wrapper that raises
-    anything else disables its plugin. Plugins' wrappers nest in order of distribution
-    name, the first outermost.
+    anything else disables its plugin, and the step runs without it. Wrappers nest in
+    pluggy's order: `@hookimpl(wrapper=True, tryfirst=True)` outermost, `trylast=True`
+    innermost, and otherwise the plugin registered last (plugins register in order of
+    distribution name) outermost.
 
     ```python
     @hookimpl(wrapper=True)
@@ -242,8 +246,9 @@ def aitune_extend_converter(converter: cattrs.Converter) -> None:
     converter and nothing is pickled, so a config field of a type cattrs does not know
     (an enum from another library, a precision object) needs hooks.
 
-    **When.** Once per process, when the converter is first used (the first backend
-    key, config dump or checkpoint).
+    **When.** While the plugin loads (its backends' config types are checked against a
+    converter it extended), and once per process when the converter is first used after
+    plugins are loaded (the first backend key, config dump or checkpoint).
 
     ```python
     @hookimpl
@@ -263,12 +268,13 @@ def aitune_register_executors() -> Sequence[type[Executor]]:
     process (`"subprocess"`). A plugin can run them elsewhere, on a cluster, a job queue
     or a remote GPU, and users then choose it by name: `tune(..., executor="ray")` or
     `aitune_core.config.executor = "ray"`. The name is the class attribute
-    `Executor.name`; the core's names (`inprocess`, `subprocess`) cannot be taken, and a
-    name two plugins register is refused for both.
+    `Executor.name`, under the rule backend names follow: the core's names (`inprocess`,
+    `subprocess`) cannot be taken, and two plugins registering one name are both refused.
 
-    **When.** Each time an executor is looked up by a name the core does not define,
-    typically once per `tune` call. Executors chosen by name are created with no
-    arguments, so every option needs a default; users who want others pass an instance.
+    **When.** Once, while plugins are loaded, as `aitune_register_backends`. A class that
+    is not a concrete `Executor` subclass with a valid name refuses the plugin, with the
+    reason. Executors chosen by name are created with no arguments, so every option
+    needs a default; users who want others pass an instance.
 
     **Returns** a sequence of `Executor` subclasses (not instances). Subclassing
     `aitune_core.executors.RemoteExecutor` leaves only shipping a graph and running one

@@ -4,11 +4,14 @@ Order: ``aitune_before_step``, then the ``aitune_wrap_step`` wrappers around the
 itself, then ``aitune_after_step`` with the duration and the error (also on failure).
 Without any lifecycle hook the step runs directly, so the common case pays nothing.
 
-Plugins are called one by one, in distribution order, and the first one's wrapper is
-outermost. A plugin whose hook raises is disabled (see ``PluginRegistry.disable``) and
-the step goes on without it: a broken progress bar must not fail a build, and with it
-``tune()`` and its eager fallback. The step's own outcome is never changed by a plugin:
-its error always propagates, and only its error.
+Each is one call through pluggy, so wrappers nest as pluggy orders them. The step runs
+inside the wrappers as an extra implementation of ``aitune_wrap_step``, through pluggy's
+``HookCaller.call_extra``, which pluggy documents for calling a hook with functions that
+are not registered. A plugin whose hook raises is disabled by its guard and the step
+goes on without it (:mod:`aitune_core.plugins.containment`): a broken progress bar must
+not fail a build, and with it ``tune()`` and its eager fallback. The step's own outcome
+is never changed by a plugin: its error always propagates, even past a wrapper that
+swallows it.
 """
 
 from __future__ import annotations
@@ -18,11 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import pluggy
-
     from aitune_core.plugins.registry import PluginRegistry
-
-_WRAP = "aitune_wrap_step"
 
 
 def run_step(registry: PluginRegistry, step: str, backend: Any, action: Callable[[], None]) -> None:
@@ -35,10 +34,7 @@ def run_step(registry: PluginRegistry, step: str, backend: Any, action: Callable
     error: BaseException | None = None
     start = time.perf_counter()
     try:
-        run = action
-        for plugin_id, caller in reversed(registry.plugin_callers(_WRAP)):
-            run = _wrapped(registry, plugin_id, caller, run, arguments)
-        run()
+        _wrapped(registry, arguments, action)
     except BaseException as raised:
         error = raised
         raise
@@ -46,43 +42,17 @@ def run_step(registry: PluginRegistry, step: str, backend: Any, action: Callable
         registry.each_result("aitune_after_step", **arguments, duration_s=time.perf_counter() - start, error=error)
 
 
-def _wrapped(
-    registry: PluginRegistry,
-    plugin_id: str,
-    caller: pluggy.HookCaller,
-    inner: Callable[[], None],
-    arguments: dict[str, Any],
-) -> Callable[[], None]:
-    """``inner`` inside one plugin's wrappers; a wrapper that fails is dropped, never the step.
+def _wrapped(registry: PluginRegistry, arguments: dict[str, Any], action: Callable[[], None]) -> None:
+    """``action`` inside every plugin's ``aitune_wrap_step`` wrapper, in one pluggy call."""
+    failed: list[BaseException] = []
 
-    What ``inner`` did is watched, so that an exception coming out of the wrapper can be
-    told apart: the step's own error passes through; anything else is the plugin's fault.
-    """
-
-    def run() -> None:
-        ran = False
-        error: BaseException | None = None
-
-        def step() -> None:
-            nonlocal ran, error
-            ran = True
-            try:
-                inner()
-            except BaseException as raised:
-                error = raised
-                raise
-
+    def step() -> None:
         try:
-            caller.call_extra([step], arguments)
-        except KeyboardInterrupt:
-            raise
+            action()
         except BaseException as raised:
-            if raised is error:
-                raise
-            registry.disable(plugin_id, _WRAP, raised)
-            if not ran:
-                inner()  # the wrapper failed before the step: run it without that plugin
-        if error is not None:
-            raise error  # the step failed, whatever the wrapper raised or swallowed
+            failed.append(raised)
+            raise
 
-    return run
+    registry.hook.aitune_wrap_step.call_extra([step], arguments)
+    if failed:
+        raise failed[0]  # the step failed, and a wrapper swallowed its error

@@ -3,24 +3,23 @@
 The core reaches plugins only through the slots of :mod:`aitune_core.extensions`, which
 :func:`install_registry` fills with the registry's functions (``serialization.converter``
 extends itself through one, ``Module`` takes its key parts from another, backends run
-their steps through ``lifecycle.run_step``), so the first read of a slot is what loads
-plugins. Importing this module loads neither pluggy nor the registry: they are imported
-when the registry is first asked for.
+their steps through ``lifecycle.run_step``). Reading a slot loads nothing: the entry
+points that need plugins (``Module()``, ``tune()``, ``load()``, the CLI, a worker) ask for
+them with ``extensions.ensure_plugins()``, which calls :func:`current_registry`, and the
+public functions below load them too. Importing this module loads nothing: pluggy and
+the registry are imported inside functions.
 
-Whatever these functions call or hand out calls plugins one at a time: a plugin whose
-hook raises is disabled for the rest of the process and the call goes on without it
-(``PluginRegistry.disable``), so a faulty plugin never breaks a module call or ``tune()``.
+Whatever these functions call or hand out, a plugin whose hook raises is disabled for the
+rest of the process and the call goes on without it (``PluginRegistry.disable``), so a
+faulty plugin never breaks a module call or ``tune()``.
 """
 
 from __future__ import annotations
 
 import threading
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import aitune_core.extensions as extensions
-from aitune_core.executors.registry import collect_executors
-from aitune_core.plugins.lifecycle import run_step
 
 if TYPE_CHECKING:
     import torch
@@ -47,7 +46,7 @@ def current_registry() -> PluginRegistry:
                 "an aitune plugin used the plugin registry while plugins were loading; "
                 "plugins must not build backends or wrap modules when imported or registered"
             )
-        from aitune_core.plugins.registry import PluginRegistry  # pluggy and every hook spec: loaded on first use
+        from aitune_core.plugins.registry import PluginRegistry
 
         _loading.active = True
         try:
@@ -80,20 +79,20 @@ def install_registry(registry: PluginRegistry | None) -> PluginRegistry | None:
 
 def _slots_of(registry: PluginRegistry) -> extensions.Slots:
     """The registry's functions, for the layers below the plugin layer."""
+    from functools import partial
+
+    from aitune_core.plugins.lifecycle import run_step
+
     return extensions.Slots(
         run_step=partial(run_step, registry),
         extend_converter=registry.extend_converter,
         graph_key_parts=registry.graph_key_parts,
         default_candidates=registry.default_candidates,
-        executor_classes=partial(_executor_classes, registry),
+        executor_classes=registry.executor_classes,
         backend_class=registry.backend_class,
         backend_origin=registry.backend_origin,
         choose_strategy=registry.choose_strategy,
     )
-
-
-def _executor_classes(registry: PluginRegistry) -> dict[str, type]:
-    return collect_executors(registry.each_result("aitune_register_executors"))
 
 
 def reset_plugins() -> None:

@@ -95,6 +95,10 @@ class ContainerRegistrar(ContainerRegistry):
     """
 
 
+class Refused(Exception):
+    """A plugin is refused while it loads; the message is the reason ``aitune plugins`` shows."""
+
+
 class PluginError(RuntimeError):
     """A plugin could not be loaded, and ``AITUNE_STRICT_PLUGINS=1`` asks for failures to raise."""
 

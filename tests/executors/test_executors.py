@@ -151,24 +151,40 @@ class NearbyExecutor(InProcessExecutor):
     name = "nearby"
 
 
+@hookimpl
+def aitune_register_executors():
+    return [NearbyExecutor]
+"""
+
+_IMPOSTOR = """
+from aitune_core import hookimpl
+from aitune_core.executors import InProcessExecutor
+
+AITUNE_PLUGIN_API = 1
+
+
 class Impostor(InProcessExecutor):
     name = "subprocess"
 
 
 @hookimpl
 def aitune_register_executors():
-    return [NearbyExecutor, Impostor]
+    return [Impostor]
 """
 
 
 def test_plugins_register_executors_through_the_hook(
     aitune_fake_dist: Any, aitune_isolated_plugins: Any, unique_name: Callable[..., str]
 ) -> None:
-    aitune_isolated_plugins.load(aitune_fake_dist("aitune-nearby", _PLUGIN))
-    assert "nearby" in executor_names()
+    registry = aitune_isolated_plugins.load(
+        aitune_fake_dist("aitune-nearby", _PLUGIN), aitune_fake_dist("aitune-impostor", _IMPOSTOR)
+    )
+    assert executor_names() == ["inprocess", "nearby", "subprocess"]
     cls = get_executor_class("nearby")
     assert cls.__name__ == "NearbyExecutor"
     assert get_executor_class("subprocess") is SubprocessExecutor  # the core's names cannot be taken
+    [impostor] = [record for record in registry.records() if record.distribution == "aitune-impostor"]
+    assert (impostor.status.value, impostor.reason) == ("failed", "executor name 'subprocess' is taken by aitune-core")
     module = ait.Module(SlowableMLP(0.002).eval(), unique_name())
     strategy = FirstWinsStrategy([FastBackend()], profile=FAST_PROFILE)
     report = ait.tune(module, samples(), batch_sizes=[1, 2], strategy=strategy, executor="nearby")

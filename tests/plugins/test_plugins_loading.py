@@ -272,9 +272,9 @@ def test_a_plugin_using_the_registry_while_loading_fails_cleanly(
             return []
         """,
     )
-    from aitune_core.plugins import manager, registry
+    from aitune_core.plugins import loading, manager
 
-    monkeypatch.setattr(registry, "all_sources", lambda: [builtin_source(), *discover([dist.path])])
+    monkeypatch.setattr(loading, "all_sources", lambda: [builtin_source(), *discover([dist.path])])
     manager.install_registry(None)  # the next use loads the process-wide registry lazily
     records = {record.name: record for record in aitune_core.plugins()}
     assert records["aitune_fake_eager_user"].status is PluginStatus.FAILED
