@@ -6,8 +6,11 @@ Installing a plugin registry (:func:`aitune_core.plugins.manager.install_registr
 fills the slots with its own functions; until then they hold plain defaults (a step
 just runs, nothing is added).
 
-Plugins load on first use: the first time a slot is read, the loader that the
-``aitune_core`` package set (:func:`set_loader`) loads and installs the registry.
+Reading a slot never loads plugins, so a backend built by hand builds, and a converter
+converts, with no entry point read. The entry points that need plugins call
+:func:`ensure_plugins` first: ``Module()`` (its graph keys include the plugins' parts),
+``tune()``, ``load()``, the JIT, the CLI and a candidate's worker process. It runs the
+loader that the ``aitune_core`` package set (:func:`set_loader`) once.
 """
 
 from __future__ import annotations
@@ -65,7 +68,16 @@ _lock = threading.RLock()
 
 
 def slots() -> Slots:
-    """The current slots, loading the plugins the first time (see the module docstring)."""
+    """The installed registry's slots, or the defaults (no plugins) when none is installed; never loads one."""
+    return _slots
+
+
+def ensure_plugins() -> Slots:
+    """Load and install the process's plugins unless a registry is installed, and return the slots.
+
+    For the entry points that need plugins (see the module docstring), never for the
+    layers below them, which read :func:`slots`.
+    """
     if not _filled and _loader is not None:
         with _lock:
             if not _filled:

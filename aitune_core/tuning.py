@@ -30,7 +30,7 @@ from aitune_core.context import BATCH_SIZE_KEY, global_context
 from aitune_core.data import check_batch_sizes, samples_generator
 from aitune_core.executors.base import Executor
 from aitune_core.executors.registry import resolve_executor
-from aitune_core.extensions import slots
+from aitune_core.extensions import ensure_plugins, slots
 from aitune_core.graphs.declared_graph import DeclarationError, check_declared_paths, declared_graph
 from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_core.guard import ModuleGuard, TrainingModes, refusing_training
@@ -84,6 +84,7 @@ def tune(
     if not callable(func):
         raise TypeError(f"func must be callable (a model or a function calling it), got {type(func).__name__}")
     sizes = check_batch_sizes(batch_sizes)
+    ensure_plugins()  # executors, default candidates and strategies may come from plugins
     wrapped = list(MODULE_REGISTRY.modules.values())
     modes = TrainingModes(m for module in wrapped for m in (module, *module.module.modules()))
     try:
@@ -236,7 +237,6 @@ def _strategy_for(module: Module, default: TuneStrategy | None, device: torch.de
         return module.strategy
     if default is not None:
         return default
-
     return slots().choose_strategy(module, device) or MaxThroughputStrategy()
 
 

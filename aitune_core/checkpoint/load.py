@@ -33,6 +33,7 @@ from aitune_core.checkpoint.rollback import ModelSnapshot
 from aitune_core.checkpoint.signing import SigningKey
 from aitune_core.checkpoint.staging import clean_stale
 from aitune_core.config import config
+from aitune_core.extensions import ensure_plugins
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.log import get_logger
 from aitune_core.module.recorder import GraphRecord
@@ -69,6 +70,7 @@ def load(
     Raises CheckpointError naming the module, graph and backend concerned; the model
     is then exactly as it was.
     """
+    ensure_plugins()  # the checkpoint names its backends, which plugins register
     clean_stale(Path(path))  # staging left by killed saves; a checkpoint left only aside is moved back first
     root = _open(Path(path))
     unpacked = root if root != Path(path) else None

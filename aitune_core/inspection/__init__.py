@@ -18,6 +18,7 @@ from torch import nn
 
 from aitune_core.context import BATCH_SIZE_KEY, global_context
 from aitune_core.data import check_batch_sizes, samples_generator
+from aitune_core.extensions import ensure_plugins
 from aitune_core.inspection.module_timer import ModuleTimer, ModuleTiming
 from aitune_core.inspection.report import InspectReport, ModuleRow
 
@@ -49,6 +50,7 @@ def inspect(
     if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0:
         raise ValueError(f"max_depth must be a whole number >= 0, got {max_depth!r}")
     sizes = check_batch_sizes(batch_sizes)
+    ensure_plugins()  # calls are keyed as Module keys them, plugins' parts included
     calls = list(samples_generator(dataset, sizes, max_num_batches_per_batch_size))
     with torch.no_grad():
         for batch_size, args, kwargs in calls[: max(0, warmup)]:

@@ -34,7 +34,7 @@ from torch import nn
 
 from aitune_core.backends.state import BackendState
 from aitune_core.config import config
-from aitune_core.extensions import slots
+from aitune_core.extensions import ensure_plugins
 from aitune_core.graphs.declared_dims import DynamicShapes
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
@@ -152,10 +152,8 @@ class Module(nn.Module):
         own["_inner"] = module
         own["_state"] = ModuleState.RECORDING
         own["_signature"] = ForwardSignature(module.forward)
-
-        graph_key_parts = slots().graph_key_parts
-
-        own["_recorder"] = GraphRecorder(name, own["_signature"], graph_key_parts())
+        # A module's graph keys include the plugins' parts, fixed here: so wrapping loads the plugins.
+        own["_recorder"] = GraphRecorder(name, own["_signature"], ensure_plugins().graph_key_parts())
         own["_routes"] = {}
         own["_unseen"] = UnseenCalls()
         own["_warned_routes"] = set()

@@ -43,6 +43,7 @@ from aitune_core.evaluate.session import GraphSession
 from aitune_core.executors.isolated.answer import Answer, looks_out_of_memory
 from aitune_core.executors.isolated.payload import GraphPayload, backend_from_ref
 from aitune_core.executors.isolated.priority import step_aside
+from aitune_core.extensions import ensure_plugins
 from aitune_core.guard import ModuleGuard, ModuleRestoreError
 from aitune_core.log import capture, get_logger
 
@@ -105,6 +106,7 @@ def run_payload(
     row, with the last events of this worker's log. ``on_stage`` hears each stage as it starts.
     """
     global _open_graph, _on_stage
+    ensure_plugins()  # a worker is a process of its own: the candidate's backend class may come from a plugin
     _on_stage = on_stage or _ignore
     worker = worker_id()
     label = candidate.get("label", "")
@@ -169,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     if candidate.get("background"):
         print(f"background priority: {step_aside()}", file=sys.stderr)
     started = time.perf_counter()
+    ensure_plugins()  # before reading: the payload's configs may hold types plugins teach the converter
     try:
         payload = GraphPayload.read(graph_dir)
         answer = run_payload(

@@ -27,7 +27,7 @@ from typing import Any
 
 from torch import nn
 
-from aitune_core.extensions import slots
+from aitune_core.extensions import ensure_plugins, slots
 from aitune_core.log import get_logger
 from aitune_core.module.router import Route
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module, ModuleState
@@ -135,7 +135,7 @@ class JitRun:
             return self.options.strategy
         from aitune_core.strategies.max_throughput import MaxThroughputStrategy
 
-        return MaxThroughputStrategy([slots().backend_class(name)() for name in self.options.backends])
+        return MaxThroughputStrategy([ensure_plugins().backend_class(name)() for name in self.options.backends])
 
     def _load_stored(self) -> None:
         location, target = self._location, self._target
