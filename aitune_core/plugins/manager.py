@@ -6,8 +6,8 @@ extends itself through one, ``Module`` takes its key parts from another, backend
 their steps through ``lifecycle.run_step``). Reading a slot loads nothing: the entry
 points that need plugins (``Module()``, ``tune()``, ``load()``, the CLI, a worker) ask for
 them with ``extensions.ensure_plugins()``, which calls :func:`current_registry`, and the
-public functions below load them too. Importing this module loads nothing: pluggy and
-the registry are imported inside functions.
+public functions below load them too. Importing this module loads neither pluggy nor
+the registry: they are imported when the registry is first asked for.
 
 Whatever these functions call or hand out, a plugin whose hook raises is disabled for the
 rest of the process and the call goes on without it (``PluginRegistry.disable``), so a
@@ -17,9 +17,11 @@ faulty plugin never breaks a module call or ``tune()``.
 from __future__ import annotations
 
 import threading
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import aitune_core.extensions as extensions
+from aitune_core.plugins.lifecycle import run_step
 
 if TYPE_CHECKING:
     import torch
@@ -46,7 +48,7 @@ def current_registry() -> PluginRegistry:
                 "an aitune plugin used the plugin registry while plugins were loading; "
                 "plugins must not build backends or wrap modules when imported or registered"
             )
-        from aitune_core.plugins.registry import PluginRegistry
+        from aitune_core.plugins.registry import PluginRegistry  # pluggy and every hook spec: loaded on first use
 
         _loading.active = True
         try:
@@ -79,10 +81,6 @@ def install_registry(registry: PluginRegistry | None) -> PluginRegistry | None:
 
 def _slots_of(registry: PluginRegistry) -> extensions.Slots:
     """The registry's functions, for the layers below the plugin layer."""
-    from functools import partial
-
-    from aitune_core.plugins.lifecycle import run_step
-
     return extensions.Slots(
         run_step=partial(run_step, registry),
         extend_converter=registry.extend_converter,

@@ -21,6 +21,8 @@ from typing import Any
 import attrs
 
 from aitune_core.backends.base import Backend, BackendConfig
+from aitune_core.executors.base import Executor
+from aitune_core.executors.registry import BUILTIN_EXECUTORS
 from aitune_core.names import NAME_RULE, is_valid_name
 from aitune_core.plugins.records import Refused
 
@@ -33,15 +35,10 @@ def _backend_problem(cls: type) -> str | None:
 
 
 def _executor_base() -> type:
-    # Imported when a plugin registers an executor: the executors package would add 16 ms to every first Module().
-    from aitune_core.executors.base import Executor
-
     return Executor
 
 
 def _core_executors() -> Mapping[str, str]:
-    from aitune_core.executors.registry import BUILTIN_EXECUTORS  # as _executor_base
-
     return dict.fromkeys(BUILTIN_EXECUTORS, "aitune-core")
 
 

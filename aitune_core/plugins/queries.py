@@ -9,27 +9,44 @@ distribution that gave it and left out, so a faulty plugin never breaks a module
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
+import pluggy
 import torch
 
 from aitune_core.backends.base import Backend
 from aitune_core.extensions import KeyParts
 from aitune_core.log import get_logger
 from aitune_core.plugins.containment import attributed, availability_of
-from aitune_core.plugins.records import Candidate
-
-if TYPE_CHECKING:
-    from aitune_core.plugins.registry import PluginRegistry
+from aitune_core.plugins.named import NamedClasses
+from aitune_core.plugins.records import Candidate, PluginRecord
 
 
-def _distribution(registry: PluginRegistry, plugin_id: str) -> str:
+class QueriedRegistry(Protocol):
+    """What the questions below need of :class:`aitune_core.plugins.registry.PluginRegistry`, which asks them.
+
+    A protocol rather than the class, so that the registry may import this module and
+    this module not import the registry.
+    """
+
+    @property
+    def hook(self) -> pluggy.HookRelay: ...
+
+    @property
+    def backends(self) -> NamedClasses: ...
+
+    def record(self, plugin_id: str) -> PluginRecord | None: ...
+
+    def each_result(self, hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]: ...
+
+
+def _distribution(registry: QueriedRegistry, plugin_id: str) -> str:
     record = registry.record(plugin_id)
     return record.distribution if record is not None else plugin_id
 
 
-def default_candidates(registry: PluginRegistry, device: torch.device) -> list[Candidate]:
+def default_candidates(registry: QueriedRegistry, device: torch.device) -> list[Candidate]:
     """Every plugin's proposals for ``device``: highest priority first, then by backend name."""
     log = get_logger()
     candidates: list[Candidate] = []
@@ -60,7 +77,7 @@ def default_candidates(registry: PluginRegistry, device: torch.device) -> list[C
     return sorted(candidates, key=lambda c: (-c.priority, c.name, c.backend.describe()))
 
 
-def choose_strategy(registry: PluginRegistry, module: Any, device: torch.device) -> Any | None:
+def choose_strategy(registry: QueriedRegistry, module: Any, device: torch.device) -> Any | None:
     """The first strategy a plugin chooses for ``module``; an answer that is not a strategy is refused, named."""
     from aitune_core.strategies.base import TuneStrategy  # the strategies package is loaded by tune(), not here
 
@@ -76,7 +93,7 @@ def choose_strategy(registry: PluginRegistry, module: Any, device: torch.device)
     return None
 
 
-def extend_converter(registry: PluginRegistry, converter: Any) -> None:
+def extend_converter(registry: QueriedRegistry, converter: Any) -> None:
     """Let plugins add their types to a freshly made cattrs converter.
 
     A plugin that raises halfway is disabled; what it registered before raising stays,
@@ -85,7 +102,7 @@ def extend_converter(registry: PluginRegistry, converter: Any) -> None:
     registry.each_result("aitune_extend_converter", converter=converter)
 
 
-def graph_key_parts(registry: PluginRegistry) -> KeyParts | None:
+def graph_key_parts(registry: QueriedRegistry) -> KeyParts | None:
     """A function adding the plugins' key parts to a call's key, or None when no plugin gives any.
 
     It runs on every call of a wrapped module. It calls the hook through pluggy on each
