@@ -10,6 +10,7 @@ fresh process once its folder is installed as a fake distribution.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -62,9 +63,43 @@ class TracedBackend(Backend):
         return self._module(*args, **kwargs)
 
 
+class EngineFileBackend(TracedBackend):
+    """Stands for an engine: its build writes the weights to a file it then serves from.
+
+    The file counts as native code, as an engine with plugins does, so a checkpoint
+    holding it loads only with ``trust_native_code=True``.
+    """
+
+    name = "test_engine_file"
+
+    def __init__(self, config: TracedConfig | None = None, **overrides: Any) -> None:
+        super().__init__(config, **overrides)
+        self.engine: Path | None = None
+
+    def _build(self, context: BuildContext) -> None:
+        self.engine = context.cache_dir / "engine.pt"
+        torch.save(context.module.state_dict(), self.engine)
+        self._activate()
+
+    def _activate(self) -> None:
+        assert self.context is not None and self.engine is not None
+        module = copy.deepcopy(self.context.module)
+        module.load_state_dict(torch.load(self.engine, weights_only=True))
+        self._module = module
+
+    def _artifacts(self) -> dict[str, Path]:
+        return {"engine": self.engine} if self.engine is not None else {}
+
+    def native_artifacts(self) -> frozenset[str]:
+        return frozenset({"engine"})
+
+    def _restore(self, artifacts: dict[str, Path], extra: dict[str, Any]) -> None:
+        self.engine = Path(artifacts["engine"])
+
+
 @hookimpl
 def aitune_register_backends() -> list[type[Backend]]:
-    return [TracedBackend]
+    return [TracedBackend, EngineFileBackend]
 
 
 class Block1(nn.Module):
