@@ -302,7 +302,7 @@ def _tune_graphs(
         cache_dir = config.cache_dir / module.name / graph.name
         # A graph that raises stays eager; a changed module or a broken setup stops tune(),
         # which puts every route back.
-        backend, graph_report = run_graph(
+        run, graph_report = run_graph(
             strategy,
             module.module,
             module.name,
@@ -317,7 +317,8 @@ def _tune_graphs(
         )
         report.graphs.append(graph_report)
         selected = graph_report.selected
-        lower = strategy.lower  # read before a partition's children reuse the strategy
+        assert run.backend is not None, "a run ends with a backend, tuned or eager"
+        backend, lower = run.backend, run.lower
         if report.partition and serves_eagerly(backend, lower):
             partitioned = partition_fallback(
                 module, record, backend, graph_report, strategy, device, executor, guard, report

@@ -39,6 +39,7 @@ from aitune_core.partition.children import Child, replay_children
 from aitune_core.reporting.summary import GraphReport, TuneReport
 from aitune_core.strategies.base import TuneStrategy
 from aitune_core.strategies.graph_run import run_graph
+from aitune_core.strategies.run import GraphRun
 
 
 @attrs.frozen
@@ -167,8 +168,9 @@ class Descent:
         reasons = []
         for record in child.graphs:
             graph_cache = cache_dir / "partition" / child.path / record.spec.name
-            backend, report = self._tune_graph(child.module, child_name, child.signature, record, graph_cache)
-            lower = list(self.strategy.lower)
+            run, report = self._tune_graph(child.module, child_name, child.signature, record, graph_cache)
+            assert run.backend is not None, "a run ends with a backend, tuned or eager"
+            backend, lower = run.backend, list(run.lower)
             selected = report.selected
             failed = selected is not None and serves_eagerly(backend, lower)
             if failed and not compiled_candidate_passed(report.candidates):
@@ -196,12 +198,12 @@ class Descent:
 
     def _tune_graph(
         self, module: nn.Module, name: str, signature: ForwardSignature, record: GraphRecord, cache_dir: Path
-    ) -> tuple[Backend, GraphReport]:
+    ) -> tuple[GraphRun, GraphReport]:
         """Tune one child graph as ``tune`` tunes a module's graph; its rows join the report."""
         graph = record.spec
         log = get_logger(module=name)
         log.info("tuning graph", graph=graph.name, samples=len(record.samples))
-        backend, report = run_graph(
+        run, report = run_graph(
             self.strategy,
             module,
             name,
@@ -215,7 +217,7 @@ class Descent:
             log,
         )
         self.report.graphs.append(report)
-        return backend, report
+        return run, report
 
 
 def mark_partitioned(report: GraphReport, backend: PartitionBackend) -> None:
@@ -258,7 +260,6 @@ def partition_fallback(
         return backend
     descent = Descent(strategy, device, executor, guard, tune_report)
     cache_dir = config.cache_dir / wrapper.name / record.spec.name
-    # The module-level graph's strategy state is read into its report already; the children reuse the strategy.
     partition = descent.partition(wrapper.module, wrapper.name, wrapper.signature, record, backend, cache_dir)
     if partition is None:
         return backend

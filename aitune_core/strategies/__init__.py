@@ -15,11 +15,13 @@ _EXPORTS: dict[str, str] = {
     "MaxThroughputStrategy": "aitune_core.strategies.max_throughput",
     "MinLatencyStrategy": "aitune_core.strategies.min_latency",
     "OneBackendStrategy": "aitune_core.strategies.one_backend",
+    "GraphRun": "aitune_core.strategies.run",
 }
 
 __all__ = [
     "CandidateResult",
     "FirstWinsStrategy",
+    "GraphRun",
     "GraphSession",
     "LatencyBudgetStrategy",
     "MaxThroughputStrategy",

@@ -10,19 +10,19 @@ that are thrown away.
 from __future__ import annotations
 
 from aitune_core.backends.base import Backend
-from aitune_core.evaluate.session import GraphSession
 from aitune_core.strategies.base import TuneStrategy
+from aitune_core.strategies.run import GraphRun
 
 
 class FirstWinsStrategy(TuneStrategy):
     name = "First Wins Strategy"
     description = "try backends in order, return the first that builds, validates and beats eager"
 
-    def _tune(self, session: GraphSession) -> Backend:
-        for blueprint in self.candidates(session.device):
-            result = self.evaluate(blueprint)
-            planned = self.plan_routes([result], self.serving_sizes())
+    def _tune(self, run: GraphRun) -> Backend:
+        for blueprint in run.candidates():
+            result = run.evaluate(blueprint)
+            planned = run.plan_routes([result], run.serving_sizes())
             if planned is not None and any(segment.winner is result for segment in planned[0]):
-                return self._route(*planned)
-            self.discard(result)
-        return self.eager_fallback("no candidate built, validated and beat eager")
+                return run.route(*planned)
+            run.discard(result)
+        return run.eager_fallback("no candidate built, validated and beat eager")

@@ -11,10 +11,10 @@ from typing import Any
 
 from aitune_core.backends.base import Backend
 from aitune_core.evaluate.result import CandidateResult, Status
-from aitune_core.evaluate.session import GraphSession
 from aitune_core.profiling.measurement import Measurement
 from aitune_core.strategies.base import TuneStrategy
 from aitune_core.strategies.ranking import Ranking
+from aitune_core.strategies.run import GraphRun
 
 
 class LatencyBudgetStrategy(TuneStrategy):
@@ -31,13 +31,13 @@ class LatencyBudgetStrategy(TuneStrategy):
     def _fits(self, result: CandidateResult, measurement: Measurement) -> bool:
         return measurement.p90_ms <= self.budget_ms
 
-    def lost(self, result: CandidateResult, ranking: Ranking) -> tuple[Status, str]:
+    def lost(self, run: GraphRun, result: CandidateResult, ranking: Ranking) -> tuple[Status, str]:
         if any(self._fits(result, m) for m in result.sweep):
-            return super().lost(result, ranking)
+            return super().lost(run, result, ranking)
         fastest = min(m.p90_ms for m in result.sweep)
         result.stage = "latency budget"
         return "rejected", f"p90 latency {fastest:.3f} ms at best, over the {self.budget_ms:g} ms budget"
 
-    def _tune(self, session: GraphSession) -> Backend:
-        results = list(self.evaluate_all(self.candidates(session.device)))
-        return self.route_by_batch(results, self.serving_sizes(), allowed=self._fits)
+    def _tune(self, run: GraphRun) -> Backend:
+        results = list(run.evaluate_all(run.candidates()))
+        return run.route_by_batch(results, run.serving_sizes(), allowed=self._fits)

@@ -15,6 +15,7 @@ from aitune_core.evaluate.session import GraphSession
 from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_core.profiling.sweep import search_max_batch
 from aitune_core.strategies.base import TuneStrategy
+from aitune_core.strategies.run import GraphRun
 
 
 def widen_batch_range(graph: GraphSpec, max_batch: int) -> None:
@@ -30,13 +31,20 @@ class MaxThroughputStrategy(TuneStrategy):
     description = "evaluate all backends, return backend with maximum throughput"
     parallel_candidates = True
 
-    max_batch_size: int | None = None
+    def _tune(self, run: GraphRun) -> Backend:
+        largest = self.largest_batch(run.session)
+        results = list(run.evaluate_all(run.candidates()))
+        return run.route_by_batch(results, run.serving_sizes(largest))
 
-    def _pre_tune(self, session: GraphSession) -> None:
+    def largest_batch(self, session: GraphSession) -> int | None:
+        """The largest batch size to compare at: the recorded one, or a larger one the search finds.
+
+        A larger one widens the graph's batch range, before any candidate is built, so
+        that the candidates are built and validated for it too.
+        """
         batch = session.batch_range()
-        self.max_batch_size = batch[1] if batch else None
         if batch is None or not self.profile_config.max_batch_search or session.graph.declares_batch:
-            return
+            return batch[1] if batch else None
         best, measurements = search_max_batch(
             session.module,
             lambda size: session.call_at(size)[0],
@@ -49,8 +57,4 @@ class MaxThroughputStrategy(TuneStrategy):
         session.log.info("max batch size estimated", max_batch_size=best, tried=[m.batch_size for m in measurements])
         if best > batch[1]:
             widen_batch_range(session.graph, best)
-        self.max_batch_size = best
-
-    def _tune(self, session: GraphSession) -> Backend:
-        results = list(self.evaluate_all(self.candidates(session.device)))
-        return self.route_by_batch(results, self.serving_sizes(self.max_batch_size))
+        return best

@@ -8,8 +8,8 @@ latency is judged at the sizes the user's calls come in.
 from __future__ import annotations
 
 from aitune_core.backends.base import Backend
-from aitune_core.evaluate.session import GraphSession
 from aitune_core.strategies.base import TuneStrategy
+from aitune_core.strategies.run import GraphRun
 
 
 class MinLatencyStrategy(TuneStrategy):
@@ -17,6 +17,6 @@ class MinLatencyStrategy(TuneStrategy):
     description = "evaluate all backends, route each batch size to the one with minimum latency"
     parallel_candidates = True
 
-    def _tune(self, session: GraphSession) -> Backend:
-        results = list(self.evaluate_all(self.candidates(session.device)))
-        return self.route_by_batch(results, self.serving_sizes())
+    def _tune(self, run: GraphRun) -> Backend:
+        results = list(run.evaluate_all(run.candidates()))
+        return run.route_by_batch(results, run.serving_sizes())

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from aitune_core.backends.base import Backend
-from aitune_core.evaluate.session import GraphSession
 from aitune_core.strategies.base import TuneStrategy
+from aitune_core.strategies.run import GraphRun
 
 
 class OneBackendStrategy(TuneStrategy):
@@ -22,11 +22,11 @@ class OneBackendStrategy(TuneStrategy):
             raise TypeError(f"OneBackendStrategy takes one Backend, got {type(backend).__name__}")
         super().__init__([backend], **options)
 
-    def _tune(self, session: GraphSession) -> Backend:
+    def _tune(self, run: GraphRun) -> Backend:
         assert self.backends is not None
         blueprint = self.backends[0]
-        availability = blueprint.availability(session.device)
+        availability = blueprint.availability(run.session.device)
         if not availability.available:
             raise RuntimeError(f"{blueprint.describe()} cannot run here: {availability.reason}")
-        result = self.evaluate(blueprint, raise_errors=True)
-        return self.route_by_batch([result], self.serving_sizes())
+        result = run.evaluate(blueprint, raise_errors=True)
+        return run.route_by_batch([result], run.serving_sizes())

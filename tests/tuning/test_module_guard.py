@@ -350,8 +350,8 @@ def test_modes_come_back_when_a_backend_interrupts_the_tuning(unique_name):
 
 
 class TrainsThenFails(TuneStrategy):
-    def _tune(self, session):  # type: ignore[no-untyped-def]
-        session.module.train()
+    def _tune(self, run):  # type: ignore[no-untyped-def]
+        run.session.module.train()
         raise RuntimeError("strategy gave up")
 
 

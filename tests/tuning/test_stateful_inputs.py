@@ -160,10 +160,10 @@ def test_a_graph_whose_tuning_raises_stays_eager_and_the_others_keep_their_route
     strategy = MaxThroughputStrategy([NoDelayBackend()], profile=FAST_PROFILE)
     original_tune = MaxThroughputStrategy._tune
 
-    def failing_tune(self: MaxThroughputStrategy, session: Any) -> Any:
-        if session.module is model:
+    def failing_tune(self: MaxThroughputStrategy, run: Any) -> Any:
+        if run.session.module is model:
             raise RuntimeError("eager raised on a generated input")
-        return original_tune(self, session)
+        return original_tune(self, run)
 
     monkeypatch.setattr(MaxThroughputStrategy, "_tune", failing_tune)
     report = ait.tune(lambda x: bad(good(x)), data(), batch_sizes=[1, 2], strategy=strategy)

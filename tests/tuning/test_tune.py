@@ -271,8 +271,8 @@ def test_modules_are_tuned_one_by_one_with_others_deactivated(unique_name):
     states: list[tuple[str, str]] = []
 
     class Recording(FirstWinsStrategy):
-        def _pre_tune(self, session):  # type: ignore[no-untyped-def]
-            name = session.module_name
+        def _pre_tune(self, run):  # type: ignore[no-untyped-def]
+            name = run.session.module_name
             states.append((name, pipeline.first.state.name if name != first_name else pipeline.second.state.name))
 
     first_name, second_name = unique_name("first"), unique_name("second")

@@ -9,7 +9,7 @@ share this machine's disk, how to bring a winner's artifacts back
   that up to that many run at once and the time limit of each starts when it is handed
   to a worker, not when the strategy queued it;
 * the graph is shipped once, lazily, at the first candidate (after the strategy's
-  ``_pre_tune``, which may widen the graph's batch range);
+  batch-size search, which may widen the graph's batch range);
 * a worker's answer becomes the strategy's summary row here, on the strategy's thread,
   and the events the worker logged for it are shown here (see :mod:`.answer`);
 * the winner is restored here: a JIT backend is rebuilt from its config, any other is
