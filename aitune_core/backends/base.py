@@ -216,6 +216,15 @@ class Backend(abc.ABC):
     def _restore(self, artifacts: dict[str, Path], extra: dict[str, Any]) -> None:
         """Take back what :meth:`_artifacts` and :meth:`_extra_state` gave."""
 
+    def check_target(self, module: torch.nn.Module) -> None:
+        """Raise ValueError when this backend, restored by :meth:`from_dict`, cannot serve ``module``.
+
+        ``load`` asks every restored backend before it changes anything, so a backend
+        whose stored state names parts of the module (a partition names submodules)
+        refuses a model built another way while the model is still untouched. Most
+        backends hold nothing of the kind and accept any module.
+        """
+
     # ------------------------------------------------------------------ lifecycle
     def _transition(self, step: str, action: Callable[[], None]) -> None:
         target = next_state(self.describe(), step, self._state)

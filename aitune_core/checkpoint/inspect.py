@@ -13,10 +13,11 @@ from typing import Any
 from aitune_core.checkpoint.files import verify
 from aitune_core.checkpoint.load import read
 from aitune_core.checkpoint.manifest import GraphEntry, Manifest
-from aitune_core.checkpoint.partition_view import partition_nodes
 from aitune_core.checkpoint.signing import is_signed
 from aitune_core.metadata.tables import render_table
+from aitune_core.partition.state import PARTITION, PartitionConfig, stored_tree
 from aitune_core.reporting.partition_tree import render_partition
+from aitune_core.serialization import ConfigDataError, structure_config
 
 
 def _size(size: int) -> str:
@@ -69,9 +70,7 @@ def describe_checkpoint(path: str | os.PathLike[str], verify_hashes: bool = True
             render_table(rows, ["Graph", "Serves", "Backend", "Plugin", "Kind", "Artifacts", "Samples"], "simple")
         )
         for graph in module.graphs:
-            if graph.partition is not None:
-                title = f"Graph {graph.spec.name} is partitioned; its submodules run on:"
-                lines.append(render_partition(title, partition_nodes(graph.partition)))
+            lines.extend(_partitions(graph))
         for graph in module.graphs:
             lines.append("")
             lines.append(f"Graph {graph.spec.name}:")
@@ -87,7 +86,7 @@ def _would_run(manifest: Manifest) -> list[str]:
     native = [
         f"    {module.name}/{graph.spec.name}: {backend.name} {name} ({ref.path}, {_size(ref.size)})"
         for module in manifest.modules
-        for graph in (nested for top in module.graphs for nested in top.with_partitions())
+        for graph in module.graphs
         for backend in graph.backend_entries()
         for name, ref in backend.artifacts.items()
         if ref.native
@@ -95,7 +94,7 @@ def _would_run(manifest: Manifest) -> list[str]:
     at_load: set[str] = set()
     first_call: set[str] = set()
     for module in manifest.modules:
-        for graph in (nested for top in module.graphs for nested in top.with_partitions()):
+        for graph in module.graphs:
             for backend in graph.backend_entries():
                 if backend.is_jit:
                     where = f"{module.name}/{graph.spec.name}: {backend.description}"
@@ -121,3 +120,17 @@ def _served(graph: GraphEntry) -> list[tuple[str, Any]]:
         low = stored.up_to + 1
     found.append(("every call" if not graph.lower else f"batch {low}+", graph.backend))
     return found
+
+
+def _partitions(graph: GraphEntry) -> list[str]:
+    """The tree of each partition serving ``graph``, drawn from its stored config as the tuning summary draws it."""
+    lines = []
+    for backend in graph.backend_entries():
+        if backend.name != PARTITION:
+            continue
+        title = f"Graph {graph.spec.name} is partitioned; its submodules run on:"
+        try:
+            lines.append(render_partition(title, stored_tree(structure_config(backend.config, PartitionConfig))))
+        except ConfigDataError as error:
+            lines.append(f"{title} (its stored partition does not read: {error})")
+    return lines

@@ -36,10 +36,8 @@ from aitune_core.config import config
 from aitune_core.extensions import ensure_plugins
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.log import get_logger
-from aitune_core.module.recorder import GraphRecord
 from aitune_core.module.router import Route
 from aitune_core.module.wrapper import Module
-from aitune_core.partition.backend import ChildGraph, Part, PartitionBackend
 
 
 def load(
@@ -180,9 +178,8 @@ def _deploy_graph(
     signature: ForwardSignature,
     device: torch.device,
     folder: Path,
-    nested: bool = False,
 ) -> Route:
-    """Deploy every backend of one graph of ``module`` (a partition's submodules' too) and route to them."""
+    """Deploy every backend of one graph of ``module`` and route to them."""
     spec = graph.spec
     for index, (stored, backend) in enumerate(graph.backends()):
         with about(name, spec.name, stored.name):
@@ -204,43 +201,7 @@ def _deploy_graph(
                     backend=stored.description,
                 )
             backend.deploy(context)
-    if graph.entry.partition is None:
-        return Route(spec, graph.backend, graph.lower)
-    parts = []
-    for index, part in enumerate(graph.parts):
-        stored_part = part.entry
-        where = folder / spec.name / "parts" / str(index)
-        child_graphs = [
-            ChildGraph(
-                _record(child),
-                _deploy_graph(child, f"{name}.{stored_part.path}", part.module, part.signature, device, where, True),
-            )
-            for child in part.graphs
-        ]
-        parts.append(
-            Part(
-                stored_part.path,
-                part.module,
-                part.signature,
-                stored_part.parameters,
-                stored_part.share,
-                stored_part.reason,
-                child_graphs,
-            )
-        )
-    partition = PartitionBackend(parts, graph.backend, nested=nested)
-    assert graph.backend.context is not None, "deployed just above, with the graph's context"
-    with about(name, spec.name, "partition"):
-        partition.build(graph.backend.context)
-        partition.deploy()
-    return Route(spec, partition)
-
-
-def _record(graph: GraphPlan) -> GraphRecord:
-    """A partition's child graph as tuning recorded it: what a later ``save`` writes again."""
-    record = GraphRecord(graph.spec)
-    record.samples.extend(graph.samples)
-    return record
+    return Route(spec, graph.backend, graph.lower)
 
 
 def read(path: str | os.PathLike[str]) -> tuple[Path, Manifest]:

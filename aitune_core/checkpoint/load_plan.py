@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from aitune_core.backends.base import Backend
+from aitune_core.backends.restore import restore_backend
 from aitune_core.checkpoint.files import load_tensors, verify
 from aitune_core.checkpoint.manifest import (
     BackendEntry,
@@ -26,16 +27,12 @@ from aitune_core.checkpoint.manifest import (
     ModuleEntry,
     parse_manifest,
 )
-from aitune_core.checkpoint.origin import about, backend_origin
-from aitune_core.checkpoint.partition_plan import PartPlan, plan_parts
+from aitune_core.checkpoint.origin import about
 from aitune_core.checkpoint.signing import SigningKey, verify_signature
-from aitune_core.extensions import UnknownBackendError, slots
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.graphs.sample_data import decode_samples
-from aitune_core.log import get_logger
-from aitune_core.module.recorder import call_key
-from aitune_core.module.router import Route
+from aitune_core.module.stored_graph import check_graph, on_device
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module
 
 DeviceMap = str | torch.device | dict[str, str | torch.device] | None
@@ -50,12 +47,6 @@ class GraphPlan:
     """Restored with ``from_dict`` (config checked, nothing loaded yet); deployed when applied."""
     lower: list[tuple[int, Backend | None]] = attrs.field(factory=list)
     """The lower batch ranges' backends, restored the same way; None is eager."""
-    parts: list[PartPlan[GraphPlan]] = attrs.field(factory=list)
-    """The submodules of its partition, each with its graphs' plans; empty when it is not partitioned."""
-
-    def with_parts(self) -> list[GraphPlan]:
-        """This graph's plan and those of its partition's graphs, at any depth."""
-        return [self, *(nested for part in self.parts for graph in part.graphs for nested in graph.with_parts())]
 
     def backends(self) -> list[tuple[BackendEntry, Backend]]:
         """Every stored backend with its manifest entry, the main one first, each once."""
@@ -195,7 +186,6 @@ def _plan_graph(
     device: torch.device,
     signature: ForwardSignature,
     inner: nn.Module,
-    depth: int = 1,
 ) -> GraphPlan:
     name = graph.spec.name if isinstance(graph.spec.name, str) else "?"
     with about(module.name, name):
@@ -204,13 +194,15 @@ def _plan_graph(
         if graph.samples is not None:
             samples = decode_samples(load_tensors(root / graph.samples.path, map_location="cpu"), graph.sample_trees)
         check_graph(spec, samples, signature)
-        spec = GraphSpec(spec.name, spec.input_spec, spec.output_spec, _retarget(spec.key, device.type), spec.declared)
+        spec = on_device(spec, device.type)
     restored: dict[int, Backend] = {}
 
     def restore(entry: BackendEntry) -> Backend:
         if id(entry) not in restored:
             with about(module.name, name, entry.name):
-                restored[id(entry)] = _restore_backend(root, entry)
+                backend = _restore_backend(root, entry)
+                backend.check_target(inner)  # what it names of the module is there (a partition's submodules)
+                restored[id(entry)] = backend
         return restored[id(entry)]
 
     backend = restore(graph.backend)
@@ -224,93 +216,14 @@ def _plan_graph(
             )
         previous = stored.up_to
         lower.append((stored.up_to, None if stored.backend is None else restore(stored.backend)))
-
-    def plan_part_graph(part: str, entry: GraphEntry, part_signature: ForwardSignature, part_module: nn.Module) -> Any:
-        named = ModuleEntry(part, "", None, [])
-        return _plan_graph(root, named, entry, device, part_signature, part_module, depth + 1)
-
-    parts = plan_parts(module.name, graph, inner, depth, plan_part_graph)
-    return GraphPlan(graph, spec, samples, backend, lower, parts)
+    return GraphPlan(graph, spec, samples, backend, lower)
 
 
 def _restore_backend(root: Path, entry: BackendEntry) -> Backend:
     """The backend of ``entry``, from its installed class: config checked, nothing loaded yet."""
-    cls = _backend_class(entry)
     artifacts = {artifact: str(root / ref.path) for artifact, ref in entry.artifacts.items()}
-    return cls.from_dict({"config": entry.config, "artifacts": artifacts, "extra": entry.extra})
-
-
-def check_graph(spec: GraphSpec, samples: list[Sample], signature: ForwardSignature) -> None:
-    """The graph must describe calls of this module, and its stored samples must be such calls.
-
-    A spec edited apart from its samples would load and then send every call to the
-    fallback, or fail on each call; it is refused here instead.
-    """
-    parameters = set(signature.parameter_names)
-    for locator, _ in (*spec.input_spec.tensor_data, *spec.input_spec.other_data):
-        if locator.root is not None and locator.root not in parameters:
-            raise CheckpointError(
-                f"its inputs name `{locator.root}`, which is not a parameter of this module's forward "
-                f"({', '.join(sorted(parameters))})"
-            )
-
-    graph_key_parts = slots().graph_key_parts
-
-    key_parts = graph_key_parts()
-    route = Route(spec, None)
-    for index, sample in enumerate(samples):
-        arguments = sample.arguments
-        if not isinstance(arguments, dict) or not set(arguments) <= parameters:
-            raise CheckpointError(f"stored sample {index} is not a call of this module's forward")
-        key = call_key(arguments, spec.input_spec.strict, key_parts)
-        # Samples are kept on the CPU; the graph may have been tuned on another device type.
-        if _retarget(key, "cpu") != _retarget(spec.key, "cpu"):
-            raise CheckpointError(f"stored sample {index} does not belong to this graph: the graph key differs")
-        reason = route.mismatch(arguments)
-        if reason is not None:
-            raise CheckpointError(f"stored sample {index} is outside the graph's shapes: {reason}")
-
-
-def _backend_class(entry: BackendEntry) -> type[Backend]:
-    """The installed class for the backend, when the distribution that wrote it is the one that registers it."""
-    get_backend_class = slots().backend_class
-
-    try:
-        cls = get_backend_class(entry.name)
-    except UnknownBackendError:
-        raise CheckpointError(
-            f"backend `{entry.name}` is not installed; install {entry.distribution}>={entry.version} "
-            "to load this checkpoint"
-        ) from None
-    distribution, version = backend_origin(entry.name)
-    if distribution != entry.distribution:
-        raise CheckpointError(
-            f"backend `{entry.name}` was written by {entry.distribution} {entry.version}, but here `{entry.name}` is "
-            f"registered by {distribution} {version}; install {entry.distribution}>={entry.version} (and remove "
-            f"{distribution}) to load this checkpoint"
-        )
-    if _major(version) != _major(entry.version):
-        get_logger().warning(
-            "plugin major version differs from the checkpoint's",
-            backend=entry.name,
-            distribution=distribution,
-            installed=version,
-            checkpoint=entry.version,
-        )
-    return cls
-
-
-def _major(version: str) -> str:
-    return version.split(".", 1)[0]
-
-
-def _retarget(key: Any, device_type: str) -> Any:
-    """The graph key with every tensor's device type set to ``device_type``."""
-    if isinstance(key, tuple):
-        if len(key) == 4 and key[0] == "T" and isinstance(key[2], torch.dtype) and isinstance(key[3], str):
-            return ("T", key[1], key[2], device_type)
-        return tuple(_retarget(part, device_type) for part in key)
-    return key
+    data = {"config": entry.config, "artifacts": artifacts, "extra": entry.extra}
+    return restore_backend(entry.name, entry.distribution, entry.version, data)
 
 
 # --------------------------------------------------------------------------- native code
@@ -322,7 +235,7 @@ def native_artifacts(plans: list[ModulePlan]) -> list[str]:
     """
     found = []
     for module in plans:
-        for graph in (nested for top in module.graphs for nested in top.with_parts()):
+        for graph in module.graphs:
             for entry, backend in graph.backends():
                 declared = backend.native_artifacts()
                 for name, ref in entry.artifacts.items():

@@ -16,11 +16,12 @@ import attrs
 import cattrs
 
 from aitune_core.backends.state import BackendState
+from aitune_core.checkpoint.format3 import v3_to_v4
 from aitune_core.errors import CheckpointError
 from aitune_core.graphs.spec_data import GraphSpecData
 from aitune_core.serialization import make_converter
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 MANIFEST_NAME = "manifest.json"
 
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
@@ -45,7 +46,7 @@ def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3, 3: v3_to_v4}
 """``MIGRATIONS[n]`` turns a version-``n`` manifest dict into a version ``n + 1`` one."""
 
 
@@ -102,40 +103,10 @@ class GraphEntry:
     samples_note: str = ""
     lower: list[RangeEntry] = attrs.field(factory=list)
     """The batch ranges below ``backend``'s, ascending, each with the backend measured fastest there."""
-    partition: PartitionEntry | None = None
-    """Set when the graph is served by its module's forward with tuned submodules; ``backend`` is then
-    eager's, which a reader that knows no partitions runs instead."""
 
     def backend_entries(self) -> list[BackendEntry]:
         """Every backend this graph stores, ``backend`` first."""
         return [self.backend, *(r.backend for r in self.lower if r.backend is not None)]
-
-    def with_partitions(self) -> list[GraphEntry]:
-        """This graph and every graph of its partition's submodules, at any depth."""
-        found = [self]
-        if self.partition is not None:
-            for part in self.partition.parts:
-                for graph in part.graphs:
-                    found.extend(graph.with_partitions())
-        return found
-
-
-@attrs.define
-class PartEntry:
-    """A submodule of a partitioned graph's module; with no graphs, it runs eagerly (``reason`` says why)."""
-
-    path: str
-    """Dotted, below the partitioned module (``block1``, ``layers.0``)."""
-    parameters: int
-    share: float | None
-    """Its share of the wrapped module's eager time when tuned (0..1), for the tree."""
-    reason: str = ""
-    graphs: list[GraphEntry] = attrs.field(factory=list)
-
-
-@attrs.define
-class PartitionEntry:
-    parts: list[PartEntry]
 
 
 @attrs.define
@@ -160,7 +131,7 @@ class Manifest:
         for module in self.modules:
             if module.weights is not None:
                 refs.append(module.weights)
-            for graph in (g for top in module.graphs for g in top.with_partitions()):
+            for graph in module.graphs:
                 for backend in graph.backend_entries():
                     refs.extend(backend.artifacts.values())
                 if graph.samples is not None:
@@ -228,6 +199,9 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
         step = MIGRATIONS.get(version)
         if step is None:
             raise CheckpointError(f"no migration from checkpoint format version {version} to {version + 1}")
-        data = step(dict(data))
+        try:
+            data = step(dict(data))
+        except ValueError as error:
+            raise CheckpointError(f"cannot read format version {version}: {error}") from None
         data["format_version"] = version = version + 1
     return data

@@ -1,6 +1,6 @@
-"""Where things come from: the plugin behind a backend, and the module, graph and backend an error concerns.
+"""The module, graph and backend a checkpoint error concerns.
 
-Both saving and loading need them, so they sit below both.
+Both saving and loading need it, so it sits below both.
 """
 
 from __future__ import annotations
@@ -8,14 +8,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from aitune_core._version import __version__
+from aitune_core.backends.restore import StoredStateError
 from aitune_core.checkpoint.manifest import CheckpointError
-from aitune_core.extensions import slots
-
-
-def backend_origin(name: str) -> tuple[str, str]:
-    """The distribution (and its version) whose plugin registered backend ``name``."""
-    return slots().backend_origin(name) or ("aitune-core", __version__)
 
 
 @contextlib.contextmanager
@@ -23,7 +17,7 @@ def about(module: str, graph: str = "", backend: str = "") -> Iterator[None]:
     """Turn any error inside into a CheckpointError that says which module, graph and backend it concerns."""
     try:
         yield
-    except CheckpointError as error:
+    except (CheckpointError, StoredStateError) as error:
         raise CheckpointError(f"{_where(module, graph, backend)}: {error}") from error
     except Exception as error:
         raise CheckpointError(f"{_where(module, graph, backend)}: {type(error).__name__}: {error}") from error

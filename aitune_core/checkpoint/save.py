@@ -23,6 +23,7 @@ from torch import nn
 from aitune_core._version import __version__
 from aitune_core.backends.artifacts import copy_hashed, seal_of
 from aitune_core.backends.persistable import NotPersistableError, check_persistable
+from aitune_core.backends.restore import StoredStateError, backend_origin
 from aitune_core.checkpoint import staging
 from aitune_core.checkpoint.archive import pack
 from aitune_core.checkpoint.files import add_file, save_tensors
@@ -35,19 +36,16 @@ from aitune_core.checkpoint.manifest import (
     GraphEntry,
     Manifest,
     ModuleEntry,
-    PartEntry,
-    PartitionEntry,
     PluginRef,
     RangeEntry,
     write_manifest,
 )
-from aitune_core.checkpoint.origin import about, backend_origin
+from aitune_core.checkpoint.origin import about
 from aitune_core.checkpoint.signing import SigningKey, write_signature
 from aitune_core.graphs.sample_data import encode_samples
 from aitune_core.graphs.spec_data import GraphSpecData
 from aitune_core.log import get_logger
 from aitune_core.module.wrapper import Module, ModuleState
-from aitune_core.partition.backend import PartitionBackend
 
 
 def tuned_modules(model: nn.Module) -> list[tuple[str, Module]]:
@@ -132,10 +130,7 @@ def _graph_entry(
     A backend serving a lower batch range gets its own folder (``ranges/<n>``). Any
     error names the module, the graph and the backend.
     """
-    partition = route.backend if isinstance(route.backend, PartitionBackend) else None
-    # A partition is stored as data beside eager's entry, which is what serves the graph without it.
-    stored = partition.fallback if partition is not None else route.backend
-    main = _backend_entry(root, folder, stored, distributions, module_name, record.spec.name)
+    main = _backend_entry(root, folder, route.backend, distributions, module_name, record.spec.name)
     written = {id(route.backend): main}
     lower = []
     for index, (up_to, backend) in enumerate(route.lower):
@@ -145,8 +140,6 @@ def _graph_entry(
         lower.append(RangeEntry(up_to, None if backend is None else written[id(backend)]))
     # The route's spec: the graph as tuned, widened to declared ranges and to the batch search's find.
     entry = GraphEntry(spec=GraphSpecData.of(route.graph), backend=main, lower=lower)
-    if partition is not None:
-        entry.partition = _partition_entry(root, folder, partition, distributions, module_name)
     with about(module_name, record.spec.name):
         encoded = encode_samples(record.samples)
         if isinstance(encoded, str):
@@ -159,34 +152,13 @@ def _graph_entry(
         return entry
 
 
-def _partition_entry(
-    root: Path, folder: str, partition: PartitionBackend, distributions: dict[str, str], module_name: str
-) -> PartitionEntry:
-    """Each submodule of a partition, with its tuned graphs written under ``folder/parts/<n>/``."""
-    parts = []
-    for index, part in enumerate(partition.parts):
-        graphs = [
-            _graph_entry(
-                root,
-                f"{folder}/parts/{index}/graphs/{graph.record.spec.name}",
-                graph.record,
-                graph.route,
-                distributions,
-                f"{module_name}.{part.path}",
-            )
-            for graph in part.graphs
-        ]
-        parts.append(PartEntry(part.path, part.parameters, part.share, part.reason, graphs))
-    return PartitionEntry(parts)
-
-
 def _backend_entry(
     root: Path, folder: str, backend: Any, distributions: dict[str, str], module_name: str, graph: str
 ) -> BackendEntry:
     with about(module_name, graph, backend.describe()):
         try:
             data = check_persistable(backend)
-        except NotPersistableError as error:
+        except (NotPersistableError, StoredStateError) as error:
             raise CheckpointError(str(error)) from None
         artifacts = _write_artifacts(root, folder, backend, data.get("artifacts", {}))
         distribution, version = backend_origin(type(backend).name)

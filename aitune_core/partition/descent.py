@@ -22,8 +22,11 @@ import attrs
 import torch
 from torch import nn
 
+from aitune_core.backends import build_folders
 from aitune_core.backends.base import Backend, BuildContext
 from aitune_core.backends.eager import is_plain_eager
+from aitune_core.backends.persistable import NotPersistableError
+from aitune_core.backends.restore import StoredStateError
 from aitune_core.config import config
 from aitune_core.evaluate.candidate import DECLINED_STAGE, release
 from aitune_core.evaluate.result import CandidateResult
@@ -34,7 +37,7 @@ from aitune_core.guard import ModuleGuard
 from aitune_core.log import get_logger
 from aitune_core.module.recorder import GraphRecord
 from aitune_core.module.router import Route
-from aitune_core.partition.backend import ChildGraph, Part, PartitionBackend
+from aitune_core.partition.backend import ChildGraph, Part, PartitionBackend, seal_partition
 from aitune_core.partition.children import Child, replay_children
 from aitune_core.reporting.summary import GraphReport, TuneReport
 from aitune_core.strategies.base import TuneStrategy
@@ -100,7 +103,6 @@ class Descent:
         name: str,
         signature: ForwardSignature,
         record: GraphRecord,
-        fallback: Backend,
         cache_dir: Path,
         depth: int = 1,
         scale: float | None = 1.0,
@@ -127,29 +129,40 @@ class Descent:
             absolute = share * scale if share is not None and scale is not None else None
             parts.append(self._part(name, child, absolute, depth, cache_dir))
         if not any(part.tuned for part in parts):
-            for part in parts:
-                for backend in part.backends():
-                    release(backend, self.guard)
+            self._release(parts)
             log.info("partition found nothing to tune: the module stays eager")
             return None
-        backend = PartitionBackend(parts, fallback, nested=depth > 1)
+        backend = PartitionBackend(parts=parts, nested=depth > 1)
+        weights = build_folders.weights_fingerprint(module, scope=self.guard)
+        identity = build_folders.build_identity(weights, record.spec, PartitionBackend.name)
         context = BuildContext(
             module=module,
             module_name=name,
             graph_spec=record.spec,
             samples=record.samples,
             device=self.device,
-            cache_dir=cache_dir,
+            cache_dir=build_folders.claim_build_folder(build_folders.builds_root(cache_dir), identity),
             signature=signature,
         )
-        with self.guard.step("build"):
-            backend.build(context)
+        try:
+            with self.guard.step("build"):
+                backend.build(context)
+            seal_partition(backend)  # what save may write: each child's files as that child passed
+        except (NotPersistableError, StoredStateError) as error:  # a child whose state no longer stores
+            self._release(parts)
+            log.warning("partitioning stopped: the partition cannot be stored", reason=str(error))
+            return None
         log.info(
             "partitioned",
             tuned=[part.path for part in parts if part.tuned],
             eager=[part.path for part in parts if not part.tuned],
         )
         return backend
+
+    def _release(self, parts: list[Part]) -> None:
+        for part in parts:
+            for backend in part.backends():
+                release(backend, self.guard)
 
     def _part(self, name: str, child: Child, share: float | None, depth: int, cache_dir: Path) -> Part:
         part = Part(child.path, child.module, child.signature, child.parameters, share)
@@ -177,9 +190,10 @@ class Descent:
                 nested = None
                 if depth < limits.max_depth:
                     nested = self.partition(
-                        child.module, child_name, child.signature, record, backend, graph_cache, depth + 1, share
+                        child.module, child_name, child.signature, record, graph_cache, depth + 1, share
                     )
                 if nested is not None:
+                    release(backend, self.guard)  # the eager fallback: the nested partition serves instead
                     backend, lower = nested, []
                     mark_partitioned(report, nested)
                 else:
@@ -260,9 +274,10 @@ def partition_fallback(
         return backend
     descent = Descent(strategy, device, executor, guard, tune_report)
     cache_dir = config.cache_dir / wrapper.name / record.spec.name
-    partition = descent.partition(wrapper.module, wrapper.name, wrapper.signature, record, backend, cache_dir)
+    partition = descent.partition(wrapper.module, wrapper.name, wrapper.signature, record, cache_dir)
     if partition is None:
         return backend
+    release(backend, guard)  # the eager fallback: the partition serves the graph instead
     mark_partitioned(report, partition)
     report.partition = partition.tree()
     return partition

@@ -1,7 +1,8 @@
-"""The built-in plugin: the eager backend, registered through the same hooks as any plugin.
+"""The built-in plugin: the eager and partition backends, registered through the same hooks as any plugin.
 
 Going through the public hooks keeps them honest: if they cannot express the core's
-own backend, they cannot express anyone else's.
+own backends, they cannot express anyone else's. The partition is registered so that a
+checkpoint names it, and loading finds it, as it does every other backend.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import torch
 
 from aitune_core.backends.base import Backend
 from aitune_core.backends.eager import TorchEagerBackend
+from aitune_core.partition.backend import PartitionBackend
 from aitune_core.plugins.api import BASELINE_PRIORITY, PLUGIN_API_VERSION, hookimpl
 from aitune_core.plugins.records import Candidate
 
@@ -20,7 +22,7 @@ AITUNE_PLUGIN_API = PLUGIN_API_VERSION
 
 @hookimpl
 def aitune_register_backends() -> Sequence[type[Backend]]:
-    return [TorchEagerBackend]
+    return [TorchEagerBackend, PartitionBackend]
 
 
 @hookimpl

@@ -22,6 +22,7 @@ from torch import nn
 from weight_file_backend import WeightFileBackend
 
 import aitune_core as ait
+from aitune_core.checkpoint import FORMAT_VERSION
 from aitune_core.checkpoint.inspect import describe_checkpoint
 from aitune_core.checkpoint.manifest import migrate
 from aitune_core.config import config
@@ -240,7 +241,7 @@ def test_a_version_2_eager_range_migrates_to_the_lowest_range() -> None:
     graph: dict[str, Any] = {"spec": {}, "backend": {}, "eager_up_to": 4}
     none: dict[str, Any] = {"spec": {}, "backend": {}, "eager_up_to": None}
     data = migrate({"format_version": 2, "modules": [{"graphs": [graph, none]}]})
-    assert data["format_version"] == 3
+    assert data["format_version"] == FORMAT_VERSION
     migrated, plain = data["modules"][0]["graphs"]
     assert migrated["lower"] == [{"up_to": 4, "backend": None}] and "eager_up_to" not in migrated
     assert plain["lower"] == [] and "eager_up_to" not in plain

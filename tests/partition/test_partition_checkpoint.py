@@ -1,4 +1,4 @@
-"""Checkpoints keep a partition: which submodules run on which backend, checked as data before anything loads."""
+"""Checkpoints keep a partition as any backend: its config and artifacts, checked as data before anything loads."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ import torch
 from partition_helpers import NestedMaskedBlock, ThreeBlocks, TracedBackend
 
 import aitune_core as ait
+from aitune_core.backends.restore import StoredStateError
 from aitune_core.checkpoint.inspect import describe_checkpoint
-from aitune_core.checkpoint.manifest import read_manifest
-from aitune_core.checkpoint.partition_plan import MAX_DEPTH, plan_parts
 from aitune_core.errors import CheckpointError
 from aitune_core.partition.backend import PartitionBackend
+from aitune_core.partition.state import MAX_DEPTH, check_depth
 from aitune_core.profiling import ProfileConfig
 
 FAST = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.001, max_time_s=0.01, max_batch_search=False)
@@ -75,10 +75,12 @@ def manifest_of(path: Path) -> dict[str, Any]:
     return json.loads((path / "manifest.json").read_text())
 
 
-def test_the_manifest_stores_each_part_and_eager_for_the_whole(saved: Saved) -> None:
+def test_the_manifest_stores_the_partition_as_the_graphs_backend(saved: Saved) -> None:
     (graph,) = manifest_of(saved.path)["modules"][0]["graphs"]
-    assert graph["backend"]["name"] == "eager"  # what a reader that knows no partitions runs
-    parts = graph["partition"]["parts"]
+    assert "partition" not in graph and graph["lower"] == []
+    stored = graph["backend"]
+    assert (stored["name"], stored["distribution"]) == ("partition", "aitune-core")
+    parts = stored["config"]["parts"]
     assert [(p["path"], p["parameters"], len(p["graphs"])) for p in parts] == [
         ("block1", 144, 1),
         ("block2", 256, 0),
@@ -86,8 +88,15 @@ def test_the_manifest_stores_each_part_and_eager_for_the_whole(saved: Saved) -> 
     ]
     assert parts[1]["reason"] == "declined: data-dependent output shape: aten.nonzero"
     assert all(0 <= p["share"] <= 1 for p in parts)
-    assert parts[0]["graphs"][0]["backend"]["name"] == "test_traced"
-    assert (saved.path / parts[0]["graphs"][0]["samples"]["path"]).is_file()
+    child = parts[0]["graphs"][0]
+    assert (child["backend"]["name"], child["backend"]["distribution"]) == ("test_traced", "aitune-test-traced")
+    # The children's samples are the partition's artifacts, copied and hashed as any backend's.
+    assert (
+        sorted(stored["artifacts"])
+        == ["block1/0/samples", "block3/0/samples"]
+        == sorted(g["samples"] for p in parts for g in p["graphs"])
+    )
+    assert (saved.path / stored["artifacts"][child["samples"]]["path"]).is_file()
 
 
 def test_a_fresh_process_loads_the_same_partition(saved: Saved, traced: Path, tmp_path: Path) -> None:
@@ -173,8 +182,16 @@ def edit(path: Path, tmp_path: Path, change: Callable[[dict[str, Any]], None]) -
     return edited
 
 
+def parts_of(graph: dict[str, Any]) -> list[dict[str, Any]]:
+    return graph["backend"]["config"]["parts"]  # type: ignore[no-any-return]
+
+
 def _part(index: int, **values: Any) -> Callable[[dict[str, Any]], None]:
-    return lambda graph: graph["partition"]["parts"][index].update(values)
+    return lambda graph: parts_of(graph)[index].update(values)
+
+
+def _child(**values: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda graph: parts_of(graph)[0]["graphs"][0]["backend"].update(values)
 
 
 BAD_ENTRIES = {
@@ -186,15 +203,18 @@ BAD_ENTRIES = {
     "a repeated part": (_part(2, path="block1"), "overlap"),
     "other parameters": (_part(0, parameters=1), "tuned with 1 parameters"),
     "a share that is no fraction": (_part(0, share=2.5), "not a fraction"),
-    "a compiled backend for the whole": (
-        lambda graph: graph.update(backend=graph["partition"]["parts"][0]["graphs"][0]["backend"]),
-        "must store eager as its backend",
+    "samples it does not carry": (
+        lambda graph: parts_of(graph)[0]["graphs"][0].update(samples="block2/0/samples"),
+        "not one the partition carries",
     ),
     "a part graph of another forward": (
-        lambda graph: graph["partition"]["parts"][2]["graphs"].append(graph["partition"]["parts"][0]["graphs"][0]),
+        lambda graph: parts_of(graph)[2]["graphs"].append(parts_of(graph)[0]["graphs"][0]),
         "not a parameter of this module's forward",
     ),
-    "a wrong type": (_part(0, parameters="144"), "does not match format version"),
+    "a wrong type": (_part(0, parameters="144"), r"parts\[0\]\.parameters"),
+    "a child that sets unsafe options": (_child(config={"symbolic_sizes": False, "unsafe_options": True}), "unsafe"),
+    "a child from another distribution": (_child(distribution="aitune-other"), "written by aitune-other"),
+    "a child that is not installed": (_child(name="test_missing"), "`test_missing` is not installed"),
 }
 
 
@@ -209,16 +229,26 @@ def test_a_bad_partition_entry_is_refused_before_anything_changes(saved: Saved, 
     assert isinstance(ait.load(ThreeBlocks().eval(), saved.path), ait.Module)
 
 
-def test_partitions_nest_only_so_deep(saved: Saved) -> None:
-    (graph,) = read_manifest(saved.path).modules[0].graphs
+def nested(graph: dict[str, Any], levels: int) -> None:
+    """Put the graph's partition ``levels`` partitions deep, each level one part holding the next."""
+    inner = graph["backend"]
+    child = inner["config"]["parts"][0]["graphs"][0]
+    for _ in range(levels):
+        level_graph = {"spec": child["spec"], "backend": {**inner, "artifacts": {}}}
+        part = {"path": "block1", "parameters": 144, "graphs": [level_graph]}
+        inner = {**inner, "config": {"parts": [part]}}
+    graph["backend"] = inner
 
-    def never(*_args: Any) -> Any:
-        raise AssertionError("nothing below the limit is planned")
 
-    assert [p.entry.path for p in plan_parts("net", graph, ThreeBlocks(), MAX_DEPTH, lambda *_: None)] == [
-        "block1",
-        "block2",
-        "block3",
-    ]
+def test_partitions_nest_only_so_deep(saved: Saved, tmp_path: Path) -> None:
+    (graph,) = manifest_of(saved.path)["modules"][0]["graphs"]
+    deep = {**graph, "backend": dict(graph["backend"])}
+    nested(deep, MAX_DEPTH - 1)
+    check_depth(deep["backend"]["config"])
+    nested(deep, 1)
+    with pytest.raises(StoredStateError, match=f"nests deeper than {MAX_DEPTH} levels"):
+        check_depth(deep["backend"]["config"])
+    fresh = ThreeBlocks().eval()
     with pytest.raises(CheckpointError, match=f"nests deeper than {MAX_DEPTH} levels"):
-        plan_parts("net", graph, ThreeBlocks(), MAX_DEPTH + 1, never)
+        ait.load(fresh, edit(saved.path, tmp_path, lambda g: nested(g, MAX_DEPTH)))
+    assert not any(isinstance(m, ait.Module) for m in fresh.modules())

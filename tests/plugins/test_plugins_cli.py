@@ -46,7 +46,7 @@ def test_json_lists_every_plugin_with_status() -> None:
     }
     by_name = {p["name"]: p for p in ours(payload["plugins"])}
     assert by_name["good"]["backends"] == ["fake_good"]
-    assert by_name["builtin"]["backends"] == ["eager"]
+    assert by_name["builtin"]["backends"] == ["eager", "partition"]
     assert "aitune_fake_missing_dependency" in by_name["import_error"]["reason"]
     assert by_name["unavailable"]["reason"] == "fake_needs_fakelib: fakelib not importable"
     assert "plugin failed to load" in result.stderr, "the failure is also logged"

@@ -36,7 +36,7 @@ def test_good_plugin_loads_and_its_backend_is_found_by_name(load_fakes: Load) ->
 
     assert aitune_core.plugins.get_backend_class("fake_good") is aitune_fake_good.FakeGoodBackend
     assert aitune_core.plugins.get_backend_class("eager") is aitune_core.TorchEagerBackend
-    assert aitune_core.plugins.backend_names() == ["eager", "fake_good"]
+    assert aitune_core.plugins.backend_names() == ["eager", "fake_good", "partition"]
 
 
 def test_unknown_backend_names_the_choices(load_fakes: Load) -> None:
@@ -72,7 +72,7 @@ def test_error_while_registering_leaves_nothing_behind(load_fakes: Load) -> None
     assert record.status is PluginStatus.FAILED
     assert record.reason == "registration failed: RuntimeError: license server unreachable"
     assert registry.get_plugin("aitune-fake-register-error:register_error") is None
-    assert registry.backend_names() == ["eager"]
+    assert registry.backend_names() == ["eager", "partition"]
 
 
 def test_strict_mode_raises_instead(load_fakes: Load, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,7 +108,7 @@ def test_builtin_cannot_be_blocked(load_fakes: Load, monkeypatch: pytest.MonkeyP
         ("builtin", PluginStatus.LOADED),
         ("good", PluginStatus.LOADED),
     ]
-    assert registry.backend_names() == ["eager", "fake_good"]
+    assert registry.backend_names() == ["eager", "fake_good", "partition"]
 
 
 def test_allow_list(load_fakes: Load, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,7 +128,7 @@ def test_duplicate_backend_name_refuses_both_naming_both(load_fakes: Load) -> No
         assert "'fake_dup'" in records[name].reason
         assert "aitune-fake-dup-a and aitune-fake-dup-b" in records[name].reason
     assert records["good"].status is PluginStatus.LOADED
-    assert registry.backend_names() == ["eager", "fake_good"], "a refused plugin registers none of its backends"
+    assert registry.backend_names() == ["eager", "fake_good", "partition"], "a refused plugin registers none of its backends"
     assert sum(e["event"] == "plugin failed to load" for e in events) == 2
 
 
