@@ -128,7 +128,9 @@ def test_duplicate_backend_name_refuses_both_naming_both(load_fakes: Load) -> No
         assert "'fake_dup'" in records[name].reason
         assert "aitune-fake-dup-a and aitune-fake-dup-b" in records[name].reason
     assert records["good"].status is PluginStatus.LOADED
-    assert registry.backend_names() == ["eager", "fake_good", "partition"], "a refused plugin registers none of its backends"
+    assert registry.backend_names() == ["eager", "fake_good", "partition"], (
+        "a refused plugin registers none of its backends"
+    )
     assert sum(e["event"] == "plugin failed to load" for e in events) == 2
 
 
