@@ -43,3 +43,4 @@ if TYPE_CHECKING:
     from aitune_core.strategies.max_throughput import MaxThroughputStrategy
     from aitune_core.strategies.min_latency import MinLatencyStrategy
     from aitune_core.strategies.one_backend import OneBackendStrategy
+    from aitune_core.strategies.run import GraphRun

@@ -35,6 +35,7 @@ from aitune_core.evaluate.candidate import discard, failure_reason
 from aitune_core.evaluate.result import CandidateResult, Status, describe_range
 from aitune_core.evaluate.session import GraphSession
 from aitune_core.executors.base import CandidateTask, Executor, PendingCandidate
+from aitune_core.executors.inprocess import InProcessExecutor
 from aitune_core.executors.registry import resolve_executor
 from aitune_core.guard import ModuleChangedError
 from aitune_core.profiling.measurement import ProfileConfig
@@ -197,8 +198,6 @@ class GraphRun:
 
     def _executor(self) -> Executor:
         if self.executor is None:
-            from aitune_core.executors.inprocess import InProcessExecutor
-
             self.executor = InProcessExecutor()
         return self.executor
 

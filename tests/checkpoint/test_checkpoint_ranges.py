@@ -22,9 +22,8 @@ from torch import nn
 from weight_file_backend import WeightFileBackend
 
 import aitune_core as ait
-from aitune_core.checkpoint import FORMAT_VERSION
 from aitune_core.checkpoint.inspect import describe_checkpoint
-from aitune_core.checkpoint.manifest import migrate
+from aitune_core.checkpoint.manifest import FORMAT_VERSION, migrate
 from aitune_core.config import config
 from aitune_core.errors import CheckpointError
 from aitune_core.module.router import RUN_EAGERLY, Route

@@ -20,8 +20,9 @@ import torch
 from partition_helpers import NestedMaskedBlock, ThreeBlocks
 
 import aitune_core as ait
-from aitune_core.checkpoint import FORMAT_VERSION, CheckpointError
 from aitune_core.checkpoint.inspect import describe_checkpoint
+from aitune_core.checkpoint.manifest import FORMAT_VERSION
+from aitune_core.errors import CheckpointError
 from aitune_core.partition.backend import PartitionBackend
 
 STORED = Path(__file__).parent / "format3"
