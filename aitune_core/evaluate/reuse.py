@@ -19,7 +19,8 @@ from aitune_core.backends.base import Backend, BuildContext
 from aitune_core.evaluate.result import CandidateResult
 from aitune_core.evaluate.session import GraphSession
 from aitune_core.guard import ModuleChangedError
-from aitune_core.store.key import NotStorableError, key_parts, store_key
+from aitune_core.store import searches
+from aitune_core.store.key import NotStorableError, key_parts, key_parts_of_graph, store_key
 
 _keys: weakref.WeakKeyDictionary[Backend, tuple[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
 """The store key of each candidate looked up, so that keeping its build does not hash again."""
@@ -84,3 +85,23 @@ def keep_build(session: GraphSession, backend: Backend, result: CandidateResult)
     keyed = _key(session, backend)
     if keyed is not None:
         store.put(keyed[0], keyed[1], backend, validated, (session.module_name, session.graph.name), session.log)
+
+
+def _search_parts(session: GraphSession, settings: dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        parts = key_parts_of_graph(session.module, session.guard, session.graph, session.device)
+    except Exception:
+        return None
+    return {**parts, "search": settings}
+
+
+def recalled_max_batch(session: GraphSession, settings: dict[str, Any]) -> int | None:
+    """The max batch size an earlier search on this graph and weights found (:mod:`aitune_core.store.searches`)."""
+    parts = _search_parts(session, settings) if session.store is not None else None
+    return None if parts is None or session.store is None else searches.recalled(session.store, parts)
+
+
+def remember_max_batch(session: GraphSession, settings: dict[str, Any], max_batch_size: int) -> None:
+    parts = _search_parts(session, settings) if session.store is not None else None
+    if parts is not None and session.store is not None:
+        searches.remember(session.store, parts, max_batch_size)

@@ -66,13 +66,22 @@ def key_parts(
         raise NotStorableError(f"{type(backend).__qualname__} is not a backend a plugin registers")
     distribution, version = backend_origin(name)
     return {
-        "format": STORE_FORMAT,
-        "graph": attrs.asdict(GraphSpecData.of(graph)),
-        "weights": weights_fingerprint(module, scope=scope),
+        **key_parts_of_graph(module, scope, graph, device),
         "backend": name,
         "config": backend.config_dict(),
         "distribution": distribution,
         "version": version,
+    }
+
+
+def key_parts_of_graph(
+    module: torch.nn.Module, scope: object, graph: GraphSpec, device: torch.device
+) -> dict[str, Any]:
+    """The parts of a key that do not depend on a backend: graph, weights, torch and device."""
+    return {
+        "format": STORE_FORMAT,
+        "graph": attrs.asdict(GraphSpecData.of(graph)),
+        "weights": weights_fingerprint(module, scope=scope),
         "torch": torch.__version__,
         "device": device_description(device),
     }
