@@ -103,7 +103,7 @@ def test_the_cap_evicts_the_entry_used_longest_ago(plugin: Any, unique_name: Cal
         tune(plugin, unique_name(f"model{index}"), changed_model(amount))
     entries = store().entries()
     assert len(entries) == 3
-    first = next(e for e in entries if e.record is not None and e.record.module.endswith("model0:0"))
+    first = next(e for e in entries if e.record is not None and ":model0:" in e.record.module)
     for offset, entry in enumerate(sorted(entries, key=lambda e: e.record.module if e.record else "")):
         os.utime(entry.folder / "used", (1_000_000 + offset, 1_000_000 + offset))  # model0 oldest, model2 newest
     tune(plugin, unique_name("reuse0"), changed_model(0.0))  # model0's entry is used now: the newest
