@@ -91,7 +91,10 @@ def _tune_in_new_process(model_name: str, caches: Path, changed: bool = False) -
 
 
 def _models() -> list[str]:
-    return [name for name in MODELS if name != "resnet18" or importlib.util.find_spec("timm") is not None]
+    """Every model this environment can build, or those ``AITUNE_BENCH_MODELS`` names (comma-separated)."""
+    chosen = [name for name in os.environ.get("AITUNE_BENCH_MODELS", "").split(",") if name]
+    available = [name for name in MODELS if name != "resnet18" or importlib.util.find_spec("timm") is not None]
+    return [name for name in available if not chosen or name in chosen]
 
 
 def run(options: Options) -> list[Result]:
