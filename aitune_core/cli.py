@@ -19,6 +19,7 @@ import torch
 
 from aitune_core._version import __version__
 from aitune_core.checkpoint.inspect import describe_checkpoint
+from aitune_core.config import config
 from aitune_core.demo.models import DEMO_MODELS
 from aitune_core.errors import CheckpointError
 from aitune_core.inspection import inspect as inspect_workload
@@ -223,6 +224,46 @@ def run_plugins_check(args: argparse.Namespace) -> int:
     return check(args.name, device=args.device, verbose=args.verbose)
 
 
+# --------------------------------------------------------------------------- aitune cache
+def add_cache_command(subparsers: Subparsers) -> None:
+    parser = add_command(subparsers, "cache", run_cache, "list, prune or clear the store of built candidates")
+    parser.add_argument("action", choices=["list", "prune", "clear"], nargs="?", default="list", help="default: list")
+    parser.add_argument("--max-mb", type=int, default=None, help="prune to this many MiB instead of the configured cap")
+
+
+def run_cache(args: argparse.Namespace) -> int:
+    """The artifact store in the cache folder (config.cache_dir, AITUNE_CACHE_DIR) keeps every candidate
+    that was built and validated, so that tuning the same weights again loads it instead of building it.
+    'list' shows each entry with its backend, what it was built for, its size and its age; 'prune' removes
+    the entries used longest ago until the store fits its cap (config.store_max_mb, AITUNE_STORE_MAX_MB, or
+    --max-mb), and any that are unusable; 'clear' removes every entry.
+    """
+    from tabulate import tabulate
+
+    from aitune_core.store import listing  # the store's files: for this command only
+    from aitune_core.store.store import STORE, ArtifactStore
+
+    store = ArtifactStore(config.cache_dir.expanduser().absolute() / STORE, config.store_max_mb * 2**20)
+    if args.action == "clear":
+        print(f"removed {store.clear()} entries from {store.root}")
+        return 0
+    if args.action == "prune":
+        if args.max_mb is not None and args.max_mb < 0:
+            print("aitune cache: --max-mb must be at least 0", file=sys.stderr)
+            return 2
+        cap = None if args.max_mb is None else args.max_mb * 2**20
+        removed = store.prune(cap)
+        print(f"removed {len(removed)} entries ({listing.megabytes(sum(e.size for e in removed))})")
+        entries = store.entries()
+        print(listing.summary(store, entries))
+        return 0
+    entries = store.entries()
+    if entries:
+        print(tabulate(listing.rows(entries), headers=listing.HEADERS, tablefmt="simple", maxcolwidths=[None, 60, 50]))
+    print(listing.summary(store, entries))
+    return 0
+
+
 # --------------------------------------------------------------------------- entry point
 # --------------------------------------------------------------------------- aitune inspect-model
 def add_inspect_model_command(subparsers: Subparsers) -> None:
@@ -259,6 +300,7 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
     add_inspect_command,
     add_inspect_model_command,
     add_new_plugin_command,
+    add_cache_command,
 ]
 """Subcommand registrars, in the order ``aitune --help`` lists them."""
 

@@ -5,7 +5,8 @@ made it rather than deep inside a tuning run.
 
 Every ``AITUNE_*`` variable is read here (:func:`env_text`, :func:`env_flag`), so each
 is parsed one way and a wrong value is refused with its name: ``AITUNE_CACHE_DIR``,
-``AITUNE_EXECUTOR`` and ``AITUNE_ALLOW_LOSSY`` (defaults of the settings below),
+``AITUNE_EXECUTOR``, ``AITUNE_ALLOW_LOSSY``, ``AITUNE_STORE`` and ``AITUNE_STORE_MAX_MB`` (defaults
+of the settings below),
 ``AITUNE_MAX_BATCH_SIZE`` (``data``), ``AITUNE_LOG_LEVEL`` and ``AITUNE_LOG_FORMAT``
 (``log``), ``AITUNE_PLUGINS``, ``AITUNE_DISABLED_PLUGINS`` and ``AITUNE_STRICT_PLUGINS``
 (``plugins.loader``), and the ``aitune-jit`` distribution's ``AITUNE_JIT_<OPTION>``
@@ -82,6 +83,24 @@ def _default_executor() -> str:
 
 def _default_allow_lossy() -> bool:
     return env_flag("AITUNE_ALLOW_LOSSY")
+
+
+def _default_store() -> bool:
+    text = env_text("AITUNE_STORE")
+    return True if not text else parse_flag("AITUNE_STORE", text)
+
+
+def _default_store_max_mb() -> int:
+    text = env_text("AITUNE_STORE_MAX_MB")
+    if not text:
+        return 10240
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"AITUNE_STORE_MAX_MB must be a whole number of MiB of at least 1, got {text!r}")
+    return value
 
 
 def _boolean(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -186,6 +205,14 @@ class Config:
         see :mod:`aitune_core.profiling.compare`); this cap, stated when tuning starts,
         bounds them all together. Once spent, comparisons stop as soon as they have an
         interval, and the summary says so.
+    store: keep what each candidate built and validated in the artifact store
+        (``<cache_dir>/store``, see :mod:`aitune_core.store`), and load a candidate from there
+        instead of building it again when the same graph of the same weights is tuned with
+        the same backend, config, plugin version, torch and device. On unless
+        ``AITUNE_STORE=0``.
+    store_max_mb: the store's size cap in MiB (``AITUNE_STORE_MAX_MB``, default 10240); past it,
+        the entries used longest ago are removed after each new one (``aitune cache prune``
+        applies it by hand).
     """
 
     strict_mode: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
@@ -208,6 +235,8 @@ class Config:
     partition_min_params: int = attrs.field(default=1, validator=_non_negative_int)
     partition_min_time_share: float = attrs.field(default=0.0, validator=_fraction)
     profile_cap_s: float = attrs.field(default=300.0, validator=_positive_seconds)
+    store: bool = attrs.field(factory=_default_store, validator=_boolean)
+    store_max_mb: int = attrs.field(factory=_default_store_max_mb, validator=_positive_int)
 
     def reset(self) -> None:
         """Restore every setting to its default (tests and notebooks use this)."""

@@ -28,8 +28,9 @@ from aitune_core.testing.timing import steady_timer
 
 
 @pytest.fixture(autouse=True)
-def _default_config() -> Iterator[None]:
+def _default_config(tmp_path: Path) -> Iterator[None]:
     config.reset()
+    config.cache_dir = tmp_path / "aitune-cache"  # builds and the artifact store: never shared between tests
     config.timer = steady_timer()  # which candidate wins never depends on the machine's load
     torch.manual_seed(0)
     try:

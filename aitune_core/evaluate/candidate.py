@@ -27,13 +27,14 @@ from aitune_core.backends.artifacts import seal_passed
 from aitune_core.backends.base import Backend, BuildContext
 from aitune_core.backends.state import BackendState
 from aitune_core.evaluate.result import CandidateRejectedError, CandidateResult
+from aitune_core.evaluate.reuse import keep_build, stored_build
 from aitune_core.evaluate.session import GraphSession
 from aitune_core.guard import ModuleChangedError, ModuleGuard, ModuleRestoreError
 from aitune_core.third_party_output import ThirdPartyOutput, collected_third_party_output
 
 
 def build_candidate(session: GraphSession, blueprint: Backend, result: CandidateResult) -> Backend:
-    """Build a fresh copy of ``blueprint``; the blueprint itself is never built."""
+    """Build a fresh copy of ``blueprint``, or load its build from the store; the blueprint itself is never built."""
     backend = blueprint.blueprint()
     context = session.context(backend)
     with session.guard.step("build"):  # a check may run the module (on fake tensors)
@@ -41,6 +42,9 @@ def build_candidate(session: GraphSession, blueprint: Backend, result: Candidate
     if declined is not None:
         raise CandidateDeclinedError(declined)
     context.cache_dir.mkdir(parents=True, exist_ok=True)
+    reused = stored_build(session, backend, context, result)
+    if reused is not None:
+        return reused
     session.log.info("build started", backend=result.backend)
     start = time.perf_counter()
     try:
@@ -125,6 +129,8 @@ def run_candidate(
         stage = "serialize"
         seal_passed(backend)  # what save may write: checked and hashed as it passed
         result.status = "passed"
+        if correctness_check:  # only what was validated is kept for the next tune
+            keep_build(session, backend, result)
     except CandidateDeclinedError as declined:
         result.status, result.stage, result.reason = "skipped", DECLINED_STAGE, str(declined)
         log.info("declined", reason=result.reason)

@@ -46,6 +46,8 @@ class CandidateResult:
     """Its speedup over eager (with a confidence interval) at each batch size it was compared at."""
     serves: list[tuple[int | None, int | None]] = attrs.field(factory=list)
     """The batch ranges it serves once selected, ``(first, last)``; ``(None, None)``: every call."""
+    reused: bool = False
+    """Loaded from the artifact store instead of built (:mod:`aitune_core.store`); still validated and profiled."""
 
     def serves_batch(self, size: int) -> bool:
         return any(low is None or high is None or low <= size <= high for low, high in self.serves)

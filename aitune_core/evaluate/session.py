@@ -21,6 +21,7 @@ from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.guard import ModuleGuard
 from aitune_core.profiling.measurement import Measurement, ProfileConfig
 from aitune_core.profiling.timer import Timer, WallClock
+from aitune_core.store.store import ArtifactStore
 from aitune_core.validation.inputs import CallInputs, batch_call, validation_calls
 from aitune_core.validation.points import validation_points
 from aitune_core.validation.reference import EagerReference
@@ -49,6 +50,8 @@ class GraphSession:
     timer: Timer = attrs.field(factory=WallClock)
     eager_sweep: list[Measurement] = attrs.field(factory=list)
     """Eager's measurements from the comparisons, one per batch size compared."""
+    store: ArtifactStore | None = attrs.field(factory=ArtifactStore.from_config)
+    """Where passed builds are kept and looked up (None: ``config.store`` is off); a worker gets its parent's."""
     _reference: EagerReference | None = None
     guard: ModuleGuard = attrs.field(
         default=attrs.Factory(lambda self: ModuleGuard(self.module, self.module_name, log=self.log), takes_self=True)

@@ -211,8 +211,14 @@ def _winners(report: GraphReport) -> dict[int, CandidateResult | None]:
     return {measurement.batch_size: report.serving_at(measurement.batch_size) for measurement in report.eager_sweep}
 
 
+REUSED_NOTE = "reused"
+"""Leads the reason of a row whose build was loaded from the artifact store (``CandidateResult.reused``)."""
+
+
 def _reason(candidate: CandidateResult) -> str:
     reason = candidate.reason
+    if candidate.reused:
+        reason = f"{REUSED_NOTE}; {reason}" if reason else REUSED_NOTE
     if candidate.status == "skipped" or not is_lossy(candidate):
         return reason
     # First, so that truncating a long reason never hides that the numbers differ.

@@ -11,9 +11,11 @@ the user's word on what is served: no search goes past it.
 from __future__ import annotations
 
 from aitune_core.backends.base import Backend
+from aitune_core.evaluate.reuse import recalled_max_batch, remember_max_batch
 from aitune_core.evaluate.session import GraphSession
 from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_core.profiling.sweep import search_max_batch
+from aitune_core.serialization import converter
 from aitune_core.strategies.base import TuneStrategy
 from aitune_core.strategies.run import GraphRun
 
@@ -45,16 +47,25 @@ class MaxThroughputStrategy(TuneStrategy):
         batch = session.batch_range()
         if batch is None or not self.profile_config.max_batch_search or session.graph.declares_batch:
             return batch[1] if batch else None
-        best, measurements = search_max_batch(
-            session.module,
-            lambda size: session.call_at(size)[0],
-            batch[1],
-            session.device,
-            self.profile_config,
-            session.log,
-            session.timer,
-        )
-        session.log.info("max batch size estimated", max_batch_size=best, tried=[m.batch_size for m in measurements])
+        settings = converter().unstructure(self.profile_config)
+        recalled = recalled_max_batch(session, settings)  # a timed finding, kept so that stored builds match
+        if recalled is not None:
+            best = recalled
+            session.log.info("max batch size recalled from the store", max_batch_size=best)
+        else:
+            best, measurements = search_max_batch(
+                session.module,
+                lambda size: session.call_at(size)[0],
+                batch[1],
+                session.device,
+                self.profile_config,
+                session.log,
+                session.timer,
+            )
+            session.log.info(
+                "max batch size estimated", max_batch_size=best, tried=[m.batch_size for m in measurements]
+            )
+            remember_max_batch(session, settings, best)
         if best > batch[1]:
             widen_batch_range(session.graph, best)
         return best

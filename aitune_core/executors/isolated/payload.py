@@ -39,6 +39,7 @@ from aitune_core.graphs.sample_data import decode_samples, encode_samples
 from aitune_core.graphs.spec_data import GraphSpecData
 from aitune_core.profiling.measurement import ProfileConfig
 from aitune_core.serialization import converter
+from aitune_core.store.store import ArtifactStore
 
 if TYPE_CHECKING:
     from aitune_core.backends.base import Backend
@@ -86,6 +87,7 @@ class GraphPayload:
             "profile": converter().unstructure(session.profile_config),
             "tolerances": converter().unstructure(session.tolerances),
             "sample_trees": trees,
+            "store": None if session.store is None else session.store.to_data(),
         }
         return cls(spec, _save({"module": session.module, "samples": pickled_samples}), _save(tensors))
 
@@ -123,6 +125,7 @@ class GraphPayload:
             tolerances=converter().structure(self.spec["tolerances"], Tolerances),
             profile_config=converter().structure(self.spec["profile"], ProfileConfig),
             log=log,
+            store=ArtifactStore.from_data(self.spec.get("store")),
         )
 
 
