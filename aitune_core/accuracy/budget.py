@@ -33,12 +33,12 @@ def metric_name(metric: Metric) -> str:
     return str(name)
 
 
-def _callable(_instance: object, _attribute: object, value: object) -> None:
+def _callable(_instance: object, _attribute: object, value: Any) -> None:
     if not callable(value):
         raise TypeError(f"metric must be callable as metric(outputs, reference_outputs) -> float, got {value!r}")
 
 
-def _drop(_instance: object, _attribute: object, value: object) -> None:
+def _drop(_instance: object, _attribute: object, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ValueError(f"max_drop must be a finite number of at least 0, got {value!r}")
 

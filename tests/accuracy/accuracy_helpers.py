@@ -8,6 +8,7 @@ modules is the sum of their shifts, so the search's choices can be checked exact
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import attrs
@@ -23,6 +24,7 @@ FAST_PROFILE = ProfileConfig(
     warmup_iterations=1, window=4, min_time_s=0.005, max_time_s=0.03, max_batch_search_time_s=0.5, max_batch_size=64
 )
 EAGER_S = 1e-3
+_runs = itertools.count()
 
 
 @attrs.frozen
@@ -56,6 +58,16 @@ class ShiftBackend(Backend):
         return self.module(*args, **kwargs) + self.config.shift
 
 
+class ExactBackend(ShiftBackend):
+    """The same computation, declared exact: a lossless candidate faster than eager by the script."""
+
+    name = "test_exact"
+
+    @property
+    def lossy(self) -> bool:
+        return False
+
+
 class Sum(nn.Module):
     """Every branch sees the same input; the output is the sum of theirs."""
 
@@ -72,22 +84,44 @@ def negative_l1(outputs: torch.Tensor, reference: torch.Tensor) -> float:
     return -float((outputs - reference).abs().mean())
 
 
-def shifted_model(shifts: dict[str, float], latencies: dict[str, float], width: int = 8) -> tuple[Sum, Sum]:
-    """``(model, untouched copy)``: one wrapped Linear per name, each with its own strategy.
+def shifted_model(
+    shifts: dict[str, float],
+    latencies: dict[str, float],
+    width: int = 8,
+    exact_s: float | None = None,
+    lossy: bool = True,
+) -> tuple[Sum, Sum]:
+    """``(model, untouched copy)``: one wrapped Linear per name (``name-N``, unique), each with its own strategy.
 
     Each module's strategy offers eager (lossless) and ``ShiftBackend(shift, tag=name)``, timed
-    by a ScriptedTimer at ``latencies[name]`` seconds against eager's 1 ms.
+    by a ScriptedTimer at ``latencies[name]`` seconds against eager's 1 ms; ``exact_s`` adds
+    ``ExactBackend()`` at that latency, and ``lossy=False`` leaves the shifting one out.
     """
     torch.manual_seed(0)
     branches = [nn.Linear(width, 4) for _ in shifts]
     original = Sum([nn.Linear(width, 4) for _ in shifts])
     original.load_state_dict(Sum(branches).state_dict())
     wrapped = []
+    run = next(_runs)
     for (name, shift), branch in zip(shifts.items(), branches, strict=True):
         backend = ShiftBackend(shift=shift, tag=name)
-        timer = ScriptedTimer({EAGER: EAGER_S, "TorchEagerBackend()": EAGER_S, backend.describe(): latencies[name]})
-        strategy = ait.MaxThroughputStrategy(
-            backends=[ait.TorchEagerBackend(), backend], profile=FAST_PROFILE, timer=timer
-        )
-        wrapped.append(ait.Module(branch.eval(), name, strategy=strategy))
+        timings = {EAGER: EAGER_S, "TorchEagerBackend()": EAGER_S, backend.describe(): latencies[name]}
+        candidates: list[Backend] = [ait.TorchEagerBackend()]
+        if exact_s is not None:
+            candidates.append(ExactBackend())
+            timings["ExactBackend()"] = exact_s
+        if lossy:
+            candidates.append(backend)
+        strategy = ait.MaxThroughputStrategy(backends=candidates, profile=FAST_PROFILE, timer=ScriptedTimer(timings))
+        wrapped.append(ait.Module(branch.eval(), f"{name}-{run}", strategy=strategy))
     return Sum(wrapped).eval(), original.eval()
+
+
+def names(modules: list[str]) -> list[str]:
+    """Module names without their run suffix: ``["a-3", "b-3"]`` -> ``["a", "b"]``."""
+    return [name.rsplit("-", 1)[0] for name in modules]
+
+
+def served(model: Sum) -> dict[str, str]:
+    """Each wrapped branch's serving backend (graph 0), by its name without the suffix."""
+    return {names([m.name])[0]: m.backends["0"].describe() for m in model.branches}
