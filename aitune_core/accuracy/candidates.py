@@ -116,8 +116,9 @@ def tune_lossy(
             route = Route(graph, run.backend, run.lower)
             exact = next((r for r in lossless if r.module == module.name and r.graph == graph.name), None)
             gate = strategy.performance_gate
-            lossy_s = seconds(report)
-            lossless_s = seconds(exact) if exact is not None else None
+            eager_s = eager_seconds(report)
+            lossy_s = eager_s / speedup(report) if eager_s is not None else None
+            lossless_s = eager_s / speedup(exact) if eager_s is not None and exact is not None else None
             if lossy_s is not None and lossless_s is not None and lossy_s * gate >= lossless_s:
                 lossy_s = None  # not faster than the lossless winner by the gate: nothing to gain
             graphs.append(LossyGraph(record.spec.key, graph.name, route, report, lossless_s, lossy_s))
@@ -126,19 +127,33 @@ def tune_lossy(
     return graphs
 
 
-def seconds(report: GraphReport) -> float | None:
-    """Seconds per call of what serves the graph's largest compared batch; None when it was not timed."""
+def eager_seconds(report: GraphReport) -> float | None:
+    """Eager's seconds per call at the graph's largest compared batch; None when nothing was compared."""
     batch = report.shown_batch
     eager = next((m for m in report.eager_sweep if m.batch_size == batch), None)
-    if eager is None:
-        return None
+    return eager.median_ms / 1e3 if eager is not None else None
+
+
+def speedup(report: GraphReport) -> float:
+    """How much faster than eager what serves the graph's largest batches is; 1.0 where eager serves.
+
+    Taken at the largest batch compared, or the largest the winner was compared at when the
+    two runs compared different sizes.
+    """
     selected = report.selected
-    if selected is None or selected.status == "fallback" or selected.instance is None:
-        return eager.median_ms / 1e3
-    speedup = selected.speedups.get(batch) if batch is not None else None
-    if speedup is None or speedup.median <= 0:
-        return None
-    return eager.median_ms / 1e3 / speedup.median
+    if selected is None or selected.status == "fallback" or not selected.speedups:
+        return 1.0
+    batch = report.shown_batch
+    measured = selected.speedups.get(batch) if batch is not None else None
+    if measured is None:
+        measured = selected.speedups[max(selected.speedups)]
+    return measured.median if measured.median > 0 else 1.0
+
+
+def seconds(report: GraphReport) -> float | None:
+    """Seconds per call of what serves the graph's largest compared batch; None when it was not timed."""
+    eager = eager_seconds(report)
+    return eager / speedup(report) if eager is not None else None
 
 
 def option(module: str, graphs: list[LossyGraph]) -> Option | None:

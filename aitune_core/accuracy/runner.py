@@ -112,7 +112,10 @@ def choose_lossy(
                 options.append(found)
                 lossy[module.name] = {g.key: g.route for g in graphs if g.faster and g.lossy_backends}
     pipeline = Pipeline(func, held, sizes, device, budget, [m for m, _, _ in modules], lossless, lossy)
-    total_s = sum(s for r in reports if r.module in lossless and (s := seconds(r)) is not None)
+    tried_modules = {g.report.module for g in tried}
+    total_s = sum(g.lossless_s or 0.0 for g in tried) + sum(
+        s for r in reports if r.module in lossless and r.module not in tried_modules and (s := seconds(r)) is not None
+    )
     cap = f"the profiling cap of {profiling.cap_s:g} s is spent (config.profile_cap_s)"
     try:
         pipeline.eager()
