@@ -30,6 +30,7 @@ SUITES: dict[str, str] = {
     "jit": "bench.jit",
     "jit_serving": "bench.jit_serving",
     "wrap": "bench.wrap",
+    "accuracy": "bench.accuracy",
 }
 
 
