@@ -111,6 +111,8 @@ def choose_lossy(
             if found is not None:
                 options.append(found)
                 lossy[module.name] = {g.key: g.route for g in graphs if g.faster and g.lossy_backends}
+            else:
+                report.notes.append(f"`{module.name}`: no lossy candidate beat its lossless winner ({_why(graphs)})")
     pipeline = Pipeline(func, held, sizes, device, budget, [m for m, _, _ in modules], lossless, lossy)
     tried_modules = {g.report.module for g in tried}
     total_s = sum(g.lossless_s or 0.0 for g in tried) + sum(
@@ -133,6 +135,20 @@ def choose_lossy(
     release(tried, {id(b) for served in routes.values() for route in served.values() for b in route.backends})
     records = {name: _record(budget, report, held, routes[name]) for name in lossless}
     return Outcome(routes, report, records)
+
+
+def _why(graphs: list[LossyGraph]) -> str:
+    """What each lossy candidate of the module came to: its status, and its speed or its reason."""
+    parts = []
+    for graph in graphs:
+        for row in graph.report.candidates:
+            if row.status in ("fallback", "skipped"):
+                continue
+            batch = graph.report.shown_batch
+            measured = row.speedups.get(batch) if batch is not None else None
+            detail = f"{measured.median:.2f}x eager" if measured is not None else (row.reason[:80] or row.stage)
+            parts.append(f"{row.backend} {row.status}: {detail}")
+    return "; ".join(parts) or "none built"
 
 
 def _record(budget: AccuracyBudget, report: AccuracyReport, held: HeldOut, routes: Routes) -> AccuracyRecord:
