@@ -33,6 +33,9 @@ _extensions = importlib.import_module("aitune_core.extensions")
 _extensions.set_loader(_load_plugins)
 
 _EXPORTS: dict[str, str] = {
+    "AccuracyBudget": "aitune_core.accuracy",
+    "AccuracyError": "aitune_core.accuracy",
+    "metrics": "aitune_core.accuracy",
     "Availability": "aitune_core.backends",
     "Backend": "aitune_core.backends",
     "BackendConfig": "aitune_core.backends",
@@ -97,6 +100,8 @@ class MissingDistributionError(AttributeError):
 
 __all__ = [
     "BATCH_SIZE_KEY",
+    "AccuracyBudget",
+    "AccuracyError",
     "Availability",
     "Backend",
     "BackendConfig",
@@ -139,6 +144,7 @@ __all__ = [
     "hookimpl",
     "inspect",
     "load",
+    "metrics",
     "plugins",
     "register_container",
     "save",
@@ -169,6 +175,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from aitune_core.accuracy import AccuracyBudget, AccuracyError, metrics
     from aitune_core.backends import (
         Availability,
         Backend,

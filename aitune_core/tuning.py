@@ -25,6 +25,10 @@ from typing import Any
 
 import torch
 
+from aitune_core.accuracy.budget import AccuracyBudget
+from aitune_core.accuracy.candidates import lossless_strategy
+from aitune_core.accuracy.heldout import HeldOut, split
+from aitune_core.accuracy.runner import choose_lossy
 from aitune_core.config import config
 from aitune_core.context import BATCH_SIZE_KEY, global_context
 from aitune_core.data import check_batch_sizes, samples_generator
@@ -63,6 +67,7 @@ def tune(
     strategy: TuneStrategy | None = None,
     executor: str | Executor | None = None,
     partition: bool | None = None,
+    accuracy: AccuracyBudget | None = None,
 ) -> TuneReport:
     """Tune every wrapped module that ``func`` calls, on real data from ``dataset``.
 
@@ -77,6 +82,10 @@ def tune(
     partition: when no compiled candidate of a graph builds and validates, tune the wrapped
         module's submodules instead, keeping its own forward between them (see
         :mod:`aitune_core.partition`). None takes ``config.partition``.
+    accuracy: an :class:`~aitune_core.accuracy.AccuracyBudget`: after the lossless winners,
+        lossy candidates (quantization, reduced precision) serve the modules where the whole
+        pipeline's metric on held-out data stays within the budget (:mod:`aitune_core.accuracy`).
+        None: lossless, as always.
     Returns a :class:`TuneReport`; ``print`` it for the summary table.
     Raises :class:`~aitune_core.guard.TrainingModeError` when ``func`` calls a wrapped module
     in training mode, before that call runs.
@@ -84,6 +93,11 @@ def tune(
     if not callable(func):
         raise TypeError(f"func must be callable (a model or a function calling it), got {type(func).__name__}")
     sizes = check_batch_sizes(batch_sizes)
+    if accuracy is not None and not isinstance(accuracy, AccuracyBudget):
+        raise TypeError(f"accuracy must be an aitune_core.AccuracyBudget, got {type(accuracy).__name__}")
+    held: HeldOut | None = None
+    if accuracy is not None:
+        dataset, held = split(dataset, accuracy)
     ensure_plugins()  # executors, default candidates and strategies may come from plugins
     wrapped = list(MODULE_REGISTRY.modules.values())
     modes = TrainingModes(m for module in wrapped for m in (module, *module.module.modules()))
@@ -93,7 +107,16 @@ def tune(
         try:
             partitioning = config.partition if partition is None else bool(partition)
             return _tune(
-                func, dataset, sizes, max_num_batches_per_batch_size, device, dry_run, strategy, chosen, partitioning
+                func,
+                dataset,
+                sizes,
+                max_num_batches_per_batch_size,
+                device,
+                dry_run,
+                strategy,
+                chosen,
+                partitioning,
+                (accuracy, held) if accuracy is not None and held is not None else None,
             )
         finally:
             if owned:
@@ -112,6 +135,7 @@ def _tune(
     strategy: TuneStrategy | None,
     executor: Executor,
     partition: bool = False,
+    accuracy: tuple[AccuracyBudget, HeldOut] | None = None,
 ) -> TuneReport:
     log = get_logger()
     started = time.perf_counter()
@@ -170,6 +194,8 @@ def _tune(
     for module in called:
         module.drop_routes()
     routes: dict[str, dict[Hashable, Route]] = {}
+    strategies: dict[str, TuneStrategy] = {}
+    records: dict[str, Any] = {}
     log.info(
         "profiling cap",
         cap_s=config.profile_cap_s,
@@ -182,8 +208,25 @@ def _tune(
                     if other is not module:
                         other.deactivate()
                 log.info("tuning module", module=module.name, progress=f"{index}/{len(called)}")
-                strategy_for = _strategy_for(module, strategy, target)
+                strategies[module.name] = strategy_for = _strategy_for(module, strategy, target)
+                if accuracy is not None:  # lossless first, as without a budget; the lossy ones come after
+                    strategy_for = lossless_strategy(strategy_for, target)
                 routes[module.name] = _tune_module(module, strategy_for, target, report, executor, specs[module.name])
+            if accuracy is not None:
+                outcome = choose_lossy(
+                    func,
+                    accuracy[1],
+                    sizes,
+                    target,
+                    accuracy[0],
+                    [(module, strategies[module.name], specs[module.name]) for module in called],
+                    routes,
+                    report.graphs,
+                    executor,
+                    budget,
+                    log,
+                )
+                routes, report.accuracy, records = outcome.routes, outcome.report, dict(outcome.records)
     except BaseException:
         # Stopped half-way: every module goes back to the routes it served before this run.
         for module in called:
@@ -191,6 +234,7 @@ def _tune(
         raise
     for module in called:
         module.set_routes(routes[module.name])
+        module.__dict__["_accuracy"] = records.get(module.name)  # what checkpoints store; None without a budget
     report.timings.update(_phase_totals(report))
     report.timings["total"] = time.perf_counter() - started
     report.profiling = budget

@@ -31,6 +31,7 @@ SUITES: dict[str, str] = {
     "jit_serving": "bench.jit_serving",
     "wrap": "bench.wrap",
     "tuning_time": "bench.tuning_time",
+    "accuracy": "bench.accuracy",
 }
 
 

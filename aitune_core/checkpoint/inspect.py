@@ -50,6 +50,8 @@ def describe_checkpoint(path: str | os.PathLike[str], verify_hashes: bool = True
         weights = _size(module.weights.size) if module.weights else "not stored"
         lines.append("")
         lines.append(f"Module `{module.name}` at {where}, weights {weights}")
+        if module.accuracy is not None:
+            lines.append(module.accuracy.describe())
         rows = []
         for graph in module.graphs:
             for serves, backend in _served(graph):

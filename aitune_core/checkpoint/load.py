@@ -139,6 +139,7 @@ def _apply(model: nn.Module, plan: LoadPlan, release_weights: bool, unpacked: Pa
     result = model
     for module, wrapper in zip(plan.modules, wrappers, strict=True):
         wrapper.__dict__["_loaded_files"] = files
+        wrapper.__dict__["_accuracy"] = module.entry.accuracy  # as measured when tuned; loading cannot re-measure
         graphs = module.entry.graphs
         if release_weights and graphs and not any(b.is_jit for graph in graphs for b in graph.backend_entries()):
             wrapper.release_weights(

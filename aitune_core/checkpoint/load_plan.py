@@ -16,6 +16,7 @@ import attrs
 import torch
 from torch import nn
 
+from aitune_core.accuracy.record import check_lossy_choices
 from aitune_core.backends.base import Backend
 from aitune_core.backends.restore import restore_backend
 from aitune_core.checkpoint.files import load_tensors, verify
@@ -152,6 +153,8 @@ def _plan_module(model: nn.Module, root: Path, entry: ModuleEntry, device_map: D
             check_weights(inner, weights)
     signature = target.signature if isinstance(target, Module) else ForwardSignature(inner.forward)
     graphs = [_plan_graph(root, entry, graph, device, signature, inner) for graph in entry.graphs]
+    served = [(graph.spec.name, backend) for graph in graphs for _, backend in graph.backends()]
+    check_lossy_choices(entry.name, entry.accuracy, served)  # the measured drop must still describe them
     return ModulePlan(entry, target, device, weights, graphs)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 import cattrs
 
+from aitune_core.accuracy.record import AccuracyRecord
 from aitune_core.backends.state import BackendState
 from aitune_core.checkpoint.format3 import v3_to_v4
 from aitune_core.errors import CheckpointError
@@ -116,6 +117,8 @@ class ModuleEntry:
     """Where the module sits in the model (``"encoder.layer"``); empty for the model itself."""
     weights: ArtifactRef | None
     graphs: list[GraphEntry]
+    accuracy: AccuracyRecord | None = None
+    """The accuracy budget its routes were chosen under (``tune(..., accuracy=...)``); None: lossless."""
 
 
 @attrs.define

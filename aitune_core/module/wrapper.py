@@ -193,6 +193,15 @@ class Module(nn.Module):
         return dict(self._routes)
 
     @property
+    def accuracy(self) -> Any:
+        """The accuracy budget these routes were chosen under (``tune(..., accuracy=...)``), or None.
+
+        An :class:`~aitune_core.accuracy.record.AccuracyRecord`: the metric, the budget, the
+        drop measured and which backends serve lossy; checkpoints store it.
+        """
+        return self.__dict__.get("_accuracy")
+
+    @property
     def backends(self) -> dict[str, Any]:
         """The backend routed to for each tuned graph, by graph name (the one serving its largest batches)."""
         return {route.graph.name: route.backend for route in self._routes.values()}
@@ -351,6 +360,25 @@ class Module(nn.Module):
         self.__dict__["_state"] = ModuleState.TUNED
         kept = {id(backend) for route in routes.values() for backend in route.backends}
         self._release_backends(replaced.values(), keep=kept)
+
+    @contextlib.contextmanager
+    def trial_routes(self, routes: dict[Hashable, Route]) -> Iterator[None]:
+        """Route calls to ``routes`` for the duration, then serve exactly as before; nothing is released.
+
+        For measuring a whole pipeline with candidate routes before any is installed (an
+        accuracy budget's search): the tuning run's claim, the routes and the state stay.
+        """
+        own = self.__dict__
+        saved = own["_routes"], own["_state"], own["_unseen"]
+        own["_routes"], own["_unseen"] = dict(routes), UnseenCalls()
+        for route in routes.values():
+            route.refresh()
+        self._watch.reset()  # the module as it is now is what these routes were built for
+        own["_state"] = ModuleState.TUNED if routes else saved[1]
+        try:
+            yield
+        finally:
+            own["_routes"], own["_state"], own["_unseen"] = saved
 
     def add_graph(self, spec: GraphSpec, samples: list[Sample]) -> None:
         """Add a graph recorded elsewhere (a checkpoint), keyed by its spec's key."""

@@ -9,6 +9,7 @@ The table by batch size shows the rest, and marks which variant serves each size
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -18,6 +19,7 @@ from aitune_core.metadata.tables import render_table
 from aitune_core.profiling.budget import ProfilingBudget
 from aitune_core.profiling.measurement import Measurement
 from aitune_core.profiling.stats import Speedup
+from aitune_core.reporting.accuracy import AccuracyReport
 from aitune_core.reporting.partition_tree import PartitionNode, render_partition
 
 SUMMARY_HEADERS = [
@@ -88,6 +90,8 @@ class TuneReport:
     """Whether graphs that no compiled candidate took were partitioned (``tune(..., partition=True)``)."""
     profiling: ProfilingBudget | None = None
     """The tune's profiling cap and what the comparisons spent of it."""
+    accuracy: AccuracyReport | None = None
+    """What the search under ``tune(..., accuracy=...)`` measured and chose; None without a budget."""
 
     def selected(self, module: str, graph: str = "0") -> str | None:
         for report in self.graphs:
@@ -154,7 +158,15 @@ class TuneReport:
             text += f"\nTime: {parts}"
         if self.profiling is not None:
             text += f"\n{_profiling_line(self.profiling)}"
+        if self.accuracy is not None:
+            text += f"\n{self.accuracy.render()}"
         return text
+
+    def plot_pareto(self, path: str | Path) -> Path:
+        """The accuracy search's Pareto chart (:meth:`AccuracyReport.plot_pareto`) after ``tune(accuracy=...)``."""
+        if self.accuracy is None:
+            raise ValueError("no accuracy search ran: tune(..., accuracy=ait.AccuracyBudget(...)) makes one")
+        return self.accuracy.plot_pareto(path)
 
     def __str__(self) -> str:
         return self.summary()
