@@ -241,7 +241,7 @@ def run_cache(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
     from aitune_core.store import listing  # the store's files: for this command only
-    from aitune_core.store.store import STORE, ArtifactStore
+    from aitune_core.store.store import STORE, ArtifactStore  # as above: loaded by this command only
 
     store = ArtifactStore(config.cache_dir.expanduser().absolute() / STORE, config.store_max_mb * 2**20)
     if args.action == "clear":
