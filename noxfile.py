@@ -138,7 +138,7 @@ for distribution, (backends, statuses) in expected.items():
 
 def check_listing(session: nox.Session, names: list[str]) -> None:
     """``aitune plugins --json``, as installed, lists the core and exactly these plugins."""
-    expected = {"aitune-core": [["eager"], ["loaded"]]}
+    expected = {"aitune-core": [["eager", "partition"], ["loaded"]]}
     for name in names:
         plugin = PLUGINS[name]
         expected[plugin.distribution] = [list(plugin.backends), list(plugin.statuses)]
