@@ -21,6 +21,8 @@ TrialKind = Literal["baseline", "sensitivity", "combination"]
 
 SENSITIVITY_HEADERS = ["Module", "Lossy backend", "Speedup vs lossless", "Drop alone", "Chosen", "Note"]
 PARETO_HEADERS = ["Tried", "Lossy modules", "Est. speedup", "Drop", "Kept"]
+NAMED_UP_TO = 2
+"""Lists of more modules than this are shown as a count: the rows' labels and the Chosen column name them."""
 
 
 @attrs.define
@@ -112,7 +114,7 @@ class AccuracyReport:
             lines.append(render_table(rows, SENSITIVITY_HEADERS, "fancy_grid"))
         if self.trials:
             rows = [
-                [t.label, ", ".join(t.modules) or "-", f"{t.speedup:.2f}x", f"{t.drop:.4g}", "✓" if t.kept else ""]
+                [t.label, self._modules(t.modules), f"{t.speedup:.2f}x", f"{t.drop:.4g}", "✓" if t.kept else ""]
                 for t in self.pareto()
             ]
             lines.append("Pareto front of what was tried (est. speedup of the wrapped modules over the lossless ones):")
@@ -127,9 +129,15 @@ class AccuracyReport:
         if not self.chosen:
             return f"Result: the lossless routes serve; held-out drop {drop} (budget {self.max_drop:g})"
         return (
-            f"Result: lossy in {', '.join(self.chosen)}; held-out drop {drop} <= {self.max_drop:g} (budget), "
+            f"Result: lossy in {self._modules(self.chosen)}; held-out drop {drop} <= {self.max_drop:g} (budget), "
             f"est. {self.final_speedup:.2f}x the lossless routes' module time"
         )
+
+    def _modules(self, modules: list[str]) -> str:
+        """Module names, or how many of the modules with a lossy option they are when that is more readable."""
+        if len(modules) <= NAMED_UP_TO:
+            return ", ".join(modules) or "-"
+        return f"{len(modules)} of the {len(self.sensitivities)} modules with a lossy option"
 
     def plot_pareto(self, path: str | Path) -> Path:
         """Draw every trial, speed against drop, with the front and the budget; needs matplotlib.
@@ -151,6 +159,8 @@ class AccuracyReport:
         front = self.pareto()
         axes.plot([t.drop for t in front], [t.speedup for t in front], linestyle="--", label="Pareto front")
         axes.axvline(self.max_drop, color="red", linewidth=1, label=f"budget {self.max_drop:g}")
+        drops = [t.drop for t in self.trials]
+        axes.set_xlim(min(0.0, *drops), max(self.max_drop, *drops) * 1.15 or 1e-3)  # no drop left of 0 unless measured
         axes.set_xlabel(f"drop of {self.metric}")
         axes.set_ylabel("est. speedup over lossless")
         axes.legend()
