@@ -31,6 +31,7 @@ from aitune_core.testing.timing import steady_timer
 def _default_config() -> Iterator[None]:
     config.reset()
     config.timer = steady_timer()  # which candidate wins never depends on the machine's load
+    config.parallel_builds = 1  # in this process, one build at a time, unless a test asks for more
     torch.manual_seed(0)
     try:
         yield
