@@ -25,7 +25,9 @@ class InProcessExecutor(Executor):
     name = "inprocess"
 
     def submit(self, session: GraphSession, task: CandidateTask) -> PendingCandidate:
-        with running_build(task.result.backend):  # counted, and never beside a timing of another thread
+        with running_build(
+            f"{session.module_name}/{session.graph.name}: {task.result.backend}"
+        ):  # counted, and never beside a timing of another thread
             run_candidate(
                 session,
                 task.blueprint,

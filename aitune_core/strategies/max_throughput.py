@@ -56,7 +56,7 @@ class MaxThroughputStrategy(TuneStrategy):
         batch = session.batch_range()
         if batch is None or not self.profile_config.max_batch_search or session.graph.declares_batch:
             return batch[1] if batch else None
-        with BUILD_GATE.profiling(session.graph.name):  # timed: nothing builds meanwhile
+        with BUILD_GATE.profiling(f"{session.module_name}/{session.graph.name}"):  # timed: nothing builds meanwhile
             best, measurements = search_max_batch(
                 session.module,
                 lambda size: session.call_at(size)[0],

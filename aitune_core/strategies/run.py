@@ -272,7 +272,7 @@ class GraphRun:
             return None
         gate = strategy.performance_gate if strategy.performance_validation else None
         try:
-            with BUILD_GATE.profiling(session.graph.name), session.guard.step("profile"):
+            with BUILD_GATE.profiling(f"{session.module_name}/{session.graph.name}"), session.guard.step("profile"):
                 ranking = rank(session, live, sizes, gate, session.timer, never_wins)
         except ModuleChangedError as changed:
             for result in live:

@@ -141,12 +141,13 @@ class RemoteExecutor(Executor):
             "graph_id": shipment.graph_id,
             **self.candidate_options(),
         }
-        future = shipment.pool.submit(self._run_guarded, shipment.handle, candidate)
+        label = f"{session.module_name}/{session.graph.name}: {task.result.backend}"
+        future = shipment.pool.submit(self._run_guarded, shipment.handle, candidate, label)
         shipment.futures.append(future)
         return _Pending(shipment, task, future)
 
-    def _run_guarded(self, handle: Any, candidate: dict[str, Any]) -> Answer:
-        with self._slots or contextlib.nullcontext(), running_build(str(candidate.get("label", ""))):
+    def _run_guarded(self, handle: Any, candidate: dict[str, Any], label: str) -> Answer:
+        with self._slots or contextlib.nullcontext(), running_build(label):
             try:
                 return self.run(handle, candidate)
             except Exception as error:
