@@ -5,13 +5,19 @@ run at once. How many is :func:`~aitune_core.executors.build_slots.parallel_buil
 (``config.parallel_builds``, else chosen from the cores and memory). With one, this
 is the in-process executor, exactly. With more, candidates that a strategy submits
 together (:attr:`CandidateTask.alongside`, every candidate of MaxThroughputStrategy)
-are built and validated in child processes, that many at once, each held to its share
-of the cores (:class:`~aitune_core.executors.isolated.subprocess_executor.SubprocessExecutor`);
-candidates tried one after another (FirstWins, OneBackend) stay in this process, where
-a child would only add its start-up. The winner is restored here from its artifacts (a
-JIT winner compiled again, from the compile cache the child filled) and validated
-against eager again. A module that cannot travel to a child (its class defined in
-``__main__`` or a notebook) is tuned in this process, one candidate after another.
+are built side by side, that many at once:
+
+* ahead-of-time candidates in child processes, each held to its share of the cores
+  (:class:`~aitune_core.executors.isolated.subprocess_executor.SubprocessExecutor`); the
+  winner is loaded here from its artifacts and validated against eager again;
+* JIT candidates (Inductor JIT, eager itself) in this process, on one thread beside the
+  children: their compiled code lives in the memory of the process that compiled it,
+  so one built in a child would be compiled a second time here to serve.
+
+Candidates tried one after another (FirstWins, OneBackend) stay in this process, where
+a child would only add its start-up. A module that cannot travel to a child (its class
+defined in ``__main__`` or a notebook) is tuned in this process, one candidate after
+another.
 
 Timings are taken here, never in a child, and never while a child builds (see
 :mod:`aitune_core.executors.gate`).
@@ -19,6 +25,7 @@ Timings are taken here, never in a child, and never while a child builds (see
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from aitune_core.config import config
@@ -48,8 +55,11 @@ class AutoExecutor(Executor):
         self.builds = builds if builds is not None else parallel_builds(machine, config.parallel_builds)
         self.inline = InProcessExecutor()
         self.children: SubprocessExecutor | None = None
+        self._beside: ThreadPoolExecutor | None = None
         if self.builds > 1:
             self.children = SubprocessExecutor(workers=self.builds, threads=threads_per_build(machine, self.builds))
+            # One thread: builds here share process-wide state (log handlers, warning filters).
+            self._beside = ThreadPoolExecutor(1, thread_name_prefix="aitune-build")
         self._here: set[int] = set()
         """Sessions whose module cannot travel: tuned in this process."""
 
@@ -75,12 +85,19 @@ class AutoExecutor(Executor):
         children = self._children_for(session) if task.alongside else None
         if children is None:
             return self.inline.submit(session, task)
+        if task.blueprint.is_jit and self._beside is not None:
+            return _Beside(self._beside.submit(self._build_here, children, session, task))
         try:
             return children.submit(session, task)
         except ExecutorError as error:  # the module could not be written for a child: build here instead
             self._here.add(id(session))
             session.log.info("building in this process", reason=str(error))
             return self.inline.submit(session, task)
+
+    def _build_here(self, children: SubprocessExecutor, session: GraphSession, task: CandidateTask) -> CandidateResult:
+        """Build in this process, on the side thread, taking one of the children's places while it does."""
+        with children.slots():
+            return self.inline.submit(session, task).result()
 
     def restore(self, session: GraphSession, result: CandidateResult, validate: bool) -> Backend:
         if result.instance is not None or self.children is None:
@@ -93,5 +110,20 @@ class AutoExecutor(Executor):
             self.children.end_graph(session)
 
     def close(self) -> None:
+        if self._beside is not None:
+            self._beside.shutdown(wait=True, cancel_futures=True)
         if self.children is not None:
             self.children.close()
+
+
+class _Beside(PendingCandidate):
+    """A candidate building in this process, on the side thread."""
+
+    def __init__(self, future: Future[CandidateResult]) -> None:
+        self._future = future
+
+    def result(self) -> CandidateResult:
+        return self._future.result()
+
+    def done(self) -> bool:
+        return self._future.done()

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from executor_backends import FAST_PROFILE, FastBackend, SlowableMLP
+from executor_backends import FAST_PROFILE, ArtifactBackend, FastBackend, SlowableMLP
 from torch import nn
 
 import aitune_core as ait
@@ -41,7 +41,7 @@ def _model(unique_name: Callable[..., str]) -> TwoBlocks:
 
 
 def _tune(model: TwoBlocks, executor: str) -> TuneReport:
-    strategy = ait.MaxThroughputStrategy([TorchEagerBackend(), FastBackend()], profile=FAST_PROFILE)
+    strategy = ait.MaxThroughputStrategy([TorchEagerBackend(), FastBackend(), ArtifactBackend()], profile=FAST_PROFILE)
     samples = [torch.randn(16) for _ in range(4)]
     return ait.tune(model, samples, batch_sizes=[1, 2], strategy=strategy, executor=executor)
 
@@ -67,11 +67,13 @@ def test_builds_of_every_module_run_together_and_never_beside_a_timing(unique_na
 
     # Every graph's candidates were submitted at once, in children, before any graph was timed.
     submitted = next(e for e in logged if e["event"] == "builds submitted together")
-    assert (submitted["graphs"], submitted["candidates"]) == (2, 4)
+    assert (submitted["graphs"], submitted["candidates"]) == (2, 6)
     assert logged.index(submitted) < next(i for i, e in enumerate(logged) if e["event"] == "compared")
-    assert any(e["event"] == "winner restored" for e in logged)  # built in a child, restored here
+    # The ahead-of-time candidate was built in a child and loaded here; the JIT ones were built here.
+    restored = {e["backend"]: e["how"] for e in logged if e["event"] == "winner restored"}
+    assert restored == {"ArtifactBackend()": "loaded from its artifacts"}
     builds = [label for kind, _, label in events if kind == "build"]
-    assert len(builds) == 8  # two candidates of two graphs, each starting and ending
+    assert len(builds) == 12  # three candidates of two graphs, each starting and ending
     assert {label.split(": ")[0] for label in builds} == {f"{g.module}/{g.graph}" for g in parallel.graphs}
 
     # No build ever ran while something was timed.

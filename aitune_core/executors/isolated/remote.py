@@ -146,8 +146,12 @@ class RemoteExecutor(Executor):
         shipment.futures.append(future)
         return _Pending(shipment, task, future)
 
+    def slots(self) -> contextlib.AbstractContextManager[Any]:
+        """Hold one of the ``workers`` places while a candidate runs (nothing to hold when the workers decide)."""
+        return self._slots or contextlib.nullcontext()
+
     def _run_guarded(self, handle: Any, candidate: dict[str, Any], label: str) -> Answer:
-        with self._slots or contextlib.nullcontext(), running_build(label):
+        with self.slots(), running_build(label):
             try:
                 return self.run(handle, candidate)
             except Exception as error:
