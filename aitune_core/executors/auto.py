@@ -28,6 +28,8 @@ from __future__ import annotations
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+import torch
+
 from aitune_core.config import config
 from aitune_core.executors.base import CandidateTask, Executor, ExecutorError, PendingCandidate
 from aitune_core.executors.build_slots import Machine, parallel_builds, this_machine, threads_per_build
@@ -86,7 +88,8 @@ class AutoExecutor(Executor):
         if children is None:
             return self.inline.submit(session, task)
         if task.blueprint.is_jit and self._beside is not None:
-            return _Beside(self._beside.submit(self._build_here, children, session, task))
+            grad = torch.is_grad_enabled()  # thread-local: the side thread builds as the tuning thread would
+            return _Beside(self._beside.submit(self._build_here, children, session, task, grad))
         try:
             return children.submit(session, task)
         except ExecutorError as error:  # the module could not be written for a child: build here instead
@@ -94,9 +97,11 @@ class AutoExecutor(Executor):
             session.log.info("building in this process", reason=str(error))
             return self.inline.submit(session, task)
 
-    def _build_here(self, children: SubprocessExecutor, session: GraphSession, task: CandidateTask) -> CandidateResult:
+    def _build_here(
+        self, children: SubprocessExecutor, session: GraphSession, task: CandidateTask, grad: bool
+    ) -> CandidateResult:
         """Build in this process, on the side thread, taking one of the children's places while it does."""
-        with children.slots():
+        with children.slots(), torch.set_grad_enabled(grad):
             return self.inline.submit(session, task).result()
 
     def restore(self, session: GraphSession, result: CandidateResult, validate: bool) -> Backend:
