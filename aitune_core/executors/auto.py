@@ -8,7 +8,9 @@ together (:attr:`CandidateTask.alongside`, every candidate of MaxThroughputStrat
 are built side by side, that many at once:
 
 * ahead-of-time candidates in child processes, each held to its share of the cores
-  (:class:`~aitune_core.executors.isolated.subprocess_executor.SubprocessExecutor`); the
+  (:class:`~aitune_core.executors.isolated.subprocess_executor.SubprocessExecutor`), at
+  background priority: the build here (usually the longest, a JIT compile) and this
+  process's own work go first, and the children take the CPU time they leave; the
   winner is loaded here from its artifacts and validated against eager again;
 * JIT candidates (Inductor JIT, eager itself) in this process, on one thread beside the
   children: their compiled code lives in the memory of the process that compiled it,
@@ -59,7 +61,9 @@ class AutoExecutor(Executor):
         self.children: SubprocessExecutor | None = None
         self._beside: ThreadPoolExecutor | None = None
         if self.builds > 1:
-            self.children = SubprocessExecutor(workers=self.builds, threads=threads_per_build(machine, self.builds))
+            self.children = SubprocessExecutor(
+                workers=self.builds, threads=threads_per_build(machine, self.builds), background=True
+            )
             # One thread: builds here share process-wide state (log handlers, warning filters).
             self._beside = ThreadPoolExecutor(1, thread_name_prefix="aitune-build")
         self._here: set[int] = set()

@@ -56,7 +56,7 @@ def test_auto_executor_builds_in_children_only_where_the_machine_allows() -> Non
 
     large = AutoExecutor(machine=Machine(8, 64 * GIB))
     assert large.builds == 8 and large.children is not None
-    assert (large.children.workers, large.children.threads) == (8, 1)
+    assert (large.children.workers, large.children.threads, large.children.background) == (8, 1, True)
 
     config.parallel_builds = 2
     told = AutoExecutor(machine=Machine(8, 64 * GIB))
