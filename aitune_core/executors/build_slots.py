@@ -1,13 +1,15 @@
 """How many candidates this machine builds at once: from its cores and memory, or the user's setting.
 
-A build (an Inductor compile, an ONNX export, an engine build) mostly keeps one core
-busy, and holds the module, its export and the compiler's state in memory. Running
-several side by side pays off only when each gets a core of its own and the machine's
-memory holds them all; otherwise they slow each other down or run out of memory. So
-the number is the smaller of the cores and what half of the memory holds at
-:data:`MEMORY_PER_BUILD_BYTES` each (the other half stays for the tuning process and
-the user), capped at :data:`MAX_PARALLEL_BUILDS`. A machine with one core builds
-in this process, one after another, as tuning always did.
+A build keeps about two cores busy (an Inductor compile: Python tracing and lowering
+on one, its pool of C++ compiler workers on the rest; on resnet18, two builds side by
+side on two cores took as long as one after another), and holds the module, its export
+and the compiler's state in memory. Running several side by side pays off only when
+each gets its cores and the machine's memory holds them all; otherwise they slow each
+other down or run out of memory. So the number is the smaller of the cores per build
+and what half of the memory holds at :data:`MEMORY_PER_BUILD_BYTES` each (the other
+half stays for the tuning process and the user), capped at
+:data:`MAX_PARALLEL_BUILDS`. A machine with fewer than four cores builds in this
+process, one after another, as tuning always did.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import attrs
 
 from aitune_core.executors.isolated.memory import MEMORY_SHARE, machine_memory_bytes
 
-CORES_PER_BUILD = 1
-"""The cores one build keeps busy; a child building beside others is held to this many threads."""
+CORES_PER_BUILD = 2
+"""The cores one build keeps busy: a two-core machine builds one at a time (see docs/benchmarks.md, "Tuning time")."""
 
 MEMORY_PER_BUILD_BYTES = 2 * 2**30
 """What one build of a model of up to a few hundred MB holds at its peak, with the compiler's state."""

@@ -15,11 +15,12 @@ GIB = 2**30
     ("cores", "memory_gib", "expected"),
     [
         (1, 64, 1),  # one core: one build, in this process
-        (2, 23, 2),  # this machine: a build per core
+        (2, 23, 1),  # this machine: one build keeps both cores busy
+        (4, 23, 2),  # two cores per build
         (16, 8, 2),  # half of 8 GiB holds two builds of 2 GiB, whatever the cores
         (16, 2, 1),  # too little memory for two
         (64, 512, MAX_PARALLEL_BUILDS),  # capped
-        (4, None, 4),  # memory unknown: the cores decide
+        (12, None, 6),  # memory unknown: the cores decide
     ],
 )
 def test_parallel_builds_follow_cores_and_memory(cores: int, memory_gib: int | None, expected: int) -> None:
@@ -55,8 +56,8 @@ def test_auto_executor_builds_in_children_only_where_the_machine_allows() -> Non
     assert small.describe() == "auto (in this process)"
 
     large = AutoExecutor(machine=Machine(8, 64 * GIB))
-    assert large.builds == 8 and large.children is not None
-    assert (large.children.workers, large.children.threads, large.children.background) == (8, 1, True)
+    assert large.builds == 4 and large.children is not None
+    assert (large.children.workers, large.children.threads, large.children.background) == (4, 2, True)
 
     config.parallel_builds = 2
     told = AutoExecutor(machine=Machine(8, 64 * GIB))
