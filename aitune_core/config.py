@@ -5,8 +5,8 @@ made it rather than deep inside a tuning run.
 
 Every ``AITUNE_*`` variable is read here (:func:`env_text`, :func:`env_flag`), so each
 is parsed one way and a wrong value is refused with its name: ``AITUNE_CACHE_DIR``,
-``AITUNE_EXECUTOR``, ``AITUNE_ALLOW_LOSSY``, ``AITUNE_STORE`` and ``AITUNE_STORE_MAX_MB`` (defaults
-of the settings below),
+``AITUNE_EXECUTOR``, ``AITUNE_ALLOW_LOSSY``, ``AITUNE_STORE``, ``AITUNE_STORE_MAX_MB`` and
+``AITUNE_PARALLEL_BUILDS`` (defaults of the settings below),
 ``AITUNE_MAX_BATCH_SIZE`` (``data``), ``AITUNE_LOG_LEVEL`` and ``AITUNE_LOG_FORMAT``
 (``log``), ``AITUNE_PLUGINS``, ``AITUNE_DISABLED_PLUGINS`` and ``AITUNE_STRICT_PLUGINS``
 (``plugins.loader``), and the ``aitune-jit`` distribution's ``AITUNE_JIT_<OPTION>``
@@ -78,7 +78,21 @@ def _to_path(value: Any) -> Path:
 
 
 def _default_executor() -> str:
-    return env_text("AITUNE_EXECUTOR") or "inprocess"
+    return env_text("AITUNE_EXECUTOR") or "auto"
+
+
+def _default_parallel_builds() -> int | None:
+    text = env_text("AITUNE_PARALLEL_BUILDS")
+    if text.lower() in ("", "auto"):
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"AITUNE_PARALLEL_BUILDS must be a whole number of at least 1 or 'auto', got {text!r}")
+    return int(text)
+
+
+def _optional_positive_int(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None:
+        _positive_int(_instance, attribute, value)
 
 
 def _default_allow_lossy() -> bool:
@@ -177,11 +191,16 @@ class Config:
         shape outside the tuned range): ``"eager"`` runs the original module, ``"raise"`` raises.
     on_all_candidates_failed: when no candidate of a graph survives, ``"eager"`` keeps that
         graph eager and goes on; ``"raise"`` stops the tuning.
-    executor: where candidates are built, validated and profiled: ``"inprocess"`` (the
-        default, read from ``AITUNE_EXECUTOR`` when set), ``"subprocess"``, a name a plugin
-        registers (``"ray"``), or an executor object (the executors package lets this
-        setting take its instances). Names are resolved when tuning starts, since
-        plugins load only then.
+    executor: where candidates are built, validated and profiled: ``"auto"`` (the default,
+        read from ``AITUNE_EXECUTOR`` when set: in this process, or side by side in child
+        processes when the machine can build several at once, see ``parallel_builds``),
+        ``"inprocess"``, ``"subprocess"``, a name a plugin registers (``"ray"``), or an
+        executor object (the executors package lets this setting take its instances).
+        Names are resolved when tuning starts, since plugins load only then.
+    parallel_builds: how many candidates the ``"auto"`` executor builds at once. None (the
+        default, or ``AITUNE_PARALLEL_BUILDS=auto``) chooses from this machine's cores and
+        memory (see :mod:`aitune_core.executors.build_slots`); 1 builds in this process,
+        one after another, as a machine with one core always does.
     allow_lossy: let strategies try the plugins' default candidates that change the numbers
         on purpose (quantization, reduced precision: ``Backend.lossy``). Off unless
         ``AITUNE_ALLOW_LOSSY=1``, so that a user who asked for nothing gets eager's numbers.
@@ -227,6 +246,7 @@ class Config:
         factory=_default_executor,
         validator=_name_or_accepted("an executor name such as 'inprocess', 'subprocess' or 'ray', or an executor"),
     )
+    parallel_builds: int | None = attrs.field(factory=_default_parallel_builds, validator=_optional_positive_int)
     allow_lossy: bool = attrs.field(factory=_default_allow_lossy, validator=_boolean)
     timer: Any = attrs.field(default=None, validator=lambda *args: _timer_choice(*args))
     """An ``aitune_core.profiling.timer.Timer``, or None for the wall clock."""

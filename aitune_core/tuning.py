@@ -7,7 +7,11 @@
 3. All modules are activated: calls are routed to the chosen backends.
 
 Where each candidate is built, validated and profiled is the executor's choice
-(``executor=`` or ``config.executor``); the executor lives for one ``tune`` call.
+(``executor=`` or ``config.executor``); the executor lives for one ``tune`` call. An
+executor that builds several candidates at once gets the builds of every graph of
+every module together, before step 2 (see :func:`~aitune_core.strategies.graph_run.submit_early`);
+step 2 then validates and times graph after graph in the same order, so the report and
+the routes are those of the one-at-a-time run.
 
 The user's modules come back as they were given: a module in training mode is refused
 at its first call, before it runs; every module's training flags are restored when
@@ -33,6 +37,7 @@ from aitune_core.config import config
 from aitune_core.context import BATCH_SIZE_KEY, global_context
 from aitune_core.data import check_batch_sizes, samples_generator
 from aitune_core.executors.base import Executor
+from aitune_core.executors.progress import BUILD_PROGRESS
 from aitune_core.executors.registry import resolve_executor
 from aitune_core.extensions import ensure_plugins, slots
 from aitune_core.graphs.declared_graph import DeclarationError, check_declared_paths, declared_graph
@@ -48,8 +53,9 @@ from aitune_core.reporting.console import emit_block
 from aitune_core.reporting.summary import TuneReport
 from aitune_core.strategies.base import TuneStrategy
 from aitune_core.strategies.defaults import default_backends
-from aitune_core.strategies.graph_run import run_graph
+from aitune_core.strategies.graph_run import run_graph, submit_early
 from aitune_core.strategies.max_throughput import MaxThroughputStrategy
+from aitune_core.strategies.run import GraphRun
 from aitune_core.validation.inputs import to_device
 
 
@@ -194,24 +200,28 @@ def _tune(
     for module in called:
         module.drop_routes()
     routes: dict[str, dict[Hashable, Route]] = {}
-    strategies: dict[str, TuneStrategy] = {}
     records: dict[str, Any] = {}
     log.info(
         "profiling cap",
         cap_s=config.profile_cap_s,
         note="comparisons measure until decided; all of them together stop here (config.profile_cap_s)",
     )
+    BUILD_PROGRESS.reset()
+    strategies = {module.name: _strategy_for(module, strategy, target) for module in called}
+    # With a budget, lossless first, as without one; the lossy candidates come after (choose_lossy).
+    used = {name: lossless_strategy(s, target) if accuracy is not None else s for name, s in strategies.items()}
+    guards = {m.name: ModuleGuard(m.module, m.name, log=get_logger(module=m.name)) for m in called}
     try:
         with profiling_budget(config.profile_cap_s) as budget:
+            early = _submit_early(called, used, target, executor, specs, guards, log)
             for index, module in enumerate(called, start=1):
                 for other in called:
                     if other is not module:
                         other.deactivate()
                 log.info("tuning module", module=module.name, progress=f"{index}/{len(called)}")
-                strategies[module.name] = strategy_for = _strategy_for(module, strategy, target)
-                if accuracy is not None:  # lossless first, as without a budget; the lossy ones come after
-                    strategy_for = lossless_strategy(strategy_for, target)
-                routes[module.name] = _tune_module(module, strategy_for, target, report, executor, specs[module.name])
+                routes[module.name] = _tune_module(
+                    module, used[module.name], target, report, executor, specs[module.name], guards[module.name], early
+                )
             if accuracy is not None:
                 outcome = choose_lossy(
                     func,
@@ -232,6 +242,9 @@ def _tune(
         for module in called:
             module.restore(previous[module.name])
         raise
+    finally:
+        for guard in guards.values():
+            guard.release()
     for module in called:
         module.set_routes(routes[module.name])
         module.__dict__["_accuracy"] = records.get(module.name)  # what checkpoints store; None without a budget
@@ -303,6 +316,36 @@ def declared_specs(module: Module) -> dict[Hashable, GraphSpec]:
     return declared
 
 
+EarlyRuns = dict[tuple[str, Hashable], GraphRun]
+"""Graphs whose builds were submitted before their turn, by module name and graph key."""
+
+
+def _submit_early(
+    modules: list[Module],
+    strategies: dict[str, TuneStrategy],
+    device: torch.device,
+    executor: Executor,
+    specs: dict[str, dict[Hashable, GraphSpec]],
+    guards: dict[str, ModuleGuard],
+    log: Any,
+) -> EarlyRuns:
+    """Submit the builds of every graph of every module at once, where the executor builds several at once."""
+    runs: EarlyRuns = {}
+    for module in modules:
+        module.deactivate()  # the searches call the modules themselves, never what a wrapped submodule routes to
+        strategy = strategies[module.name]
+        for record in module.graphs.values():
+            graph = specs[module.name].get(record.spec.key, record.spec)
+            cache_dir = config.cache_dir / module.name / graph.name
+            guard = guards[module.name]
+            run = strategy.start(
+                module.module, module.name, graph, record.samples, device, cache_dir, module.signature, guard
+            )
+            runs[(module.name, graph.key)] = run
+    submitted = {id(run) for run in submit_early(list(runs.values()), executor, log)}
+    return {key: run for key, run in runs.items() if id(run) in submitted}
+
+
 def _tune_module(
     module: Module,
     strategy: TuneStrategy,
@@ -310,11 +353,12 @@ def _tune_module(
     report: TuneReport,
     executor: Executor,
     specs: dict[Hashable, GraphSpec],
+    guard: ModuleGuard,
+    early: EarlyRuns,
 ) -> dict[Hashable, Route]:
     log = get_logger(module=module.name)
-    guard = ModuleGuard(module.module, module.name, log=log)
     try:
-        return _tune_graphs(module, strategy, device, report, executor, guard, log, specs)
+        return _tune_graphs(module, strategy, device, report, executor, guard, log, specs, early)
     finally:
         guard.release()
 
@@ -328,6 +372,7 @@ def _tune_graphs(
     guard: ModuleGuard,
     log: Any,
     specs: dict[Hashable, GraphSpec],
+    early: EarlyRuns,
 ) -> dict[Hashable, Route]:
     routes: dict[Hashable, Route] = {}
     graphs = list(module.graphs.values())
@@ -358,6 +403,7 @@ def _tune_graphs(
             executor,
             guard,
             log,
+            early.get((module.name, graph.key)),
         )
         report.graphs.append(graph_report)
         selected = graph_report.selected

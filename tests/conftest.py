@@ -32,6 +32,7 @@ def _default_config(tmp_path: Path) -> Iterator[None]:
     config.reset()
     config.cache_dir = tmp_path / "aitune-cache"  # builds and the artifact store: never shared between tests
     config.timer = steady_timer()  # which candidate wins never depends on the machine's load
+    config.parallel_builds = 1  # in this process, one build at a time, unless a test asks for more
     torch.manual_seed(0)
     try:
         yield

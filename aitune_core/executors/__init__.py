@@ -1,6 +1,9 @@
 """Executors: where candidates are built, validated and profiled.
 
-* ``"inprocess"`` (the default): here, one after another, as tuning always did.
+* ``"auto"`` (the default): here, one after another, as tuning always did, unless the
+  machine can build several candidates at once: then those a strategy submits together
+  are built side by side in child processes (``config.parallel_builds``), and timed here.
+* ``"inprocess"``: here, one after another.
 * ``"subprocess"``: each candidate in a fresh child process with a time limit and an
   optional memory limit, so a crash, a hang or running out of memory is one failed
   candidate rather than a failed tuning.
@@ -17,6 +20,7 @@ from typing import TYPE_CHECKING
 from aitune_core.lazy_exports import lazy_exports
 
 _EXPORTS: dict[str, str] = {
+    "AutoExecutor": "aitune_core.executors.auto",
     "CandidateTask": "aitune_core.executors.base",
     "Executor": "aitune_core.executors.base",
     "ExecutorError": "aitune_core.executors.base",
@@ -33,6 +37,7 @@ _EXPORTS: dict[str, str] = {
 tuning never needs."""
 
 __all__ = [
+    "AutoExecutor",
     "CandidateTask",
     "Executor",
     "ExecutorError",
@@ -51,6 +56,7 @@ __getattr__, __dir__ = lazy_exports(
 )
 
 if TYPE_CHECKING:
+    from aitune_core.executors.auto import AutoExecutor
     from aitune_core.executors.base import CandidateTask, Executor, ExecutorError, FinishedCandidate, PendingCandidate
     from aitune_core.executors.inprocess import InProcessExecutor
     from aitune_core.executors.isolated.remote import RemoteExecutor

@@ -50,6 +50,8 @@ class CandidateTask:
     raise_errors: a failure raises instead of being recorded (OneBackendStrategy).
     result: the summary row to fill in.
     log: a logger bound to the module, graph and backend.
+    alongside: submitted with others before any result is awaited, so it may build beside
+        them (the ``"auto"`` executor builds such candidates in child processes).
     """
 
     blueprint: Backend
@@ -57,6 +59,7 @@ class CandidateTask:
     raise_errors: bool
     result: CandidateResult
     log: Any
+    alongside: bool = False
 
 
 class PendingCandidate(abc.ABC):

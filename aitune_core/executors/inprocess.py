@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from aitune_core.evaluate.candidate import run_candidate
 from aitune_core.executors.base import CandidateTask, Executor, FinishedCandidate, PendingCandidate
+from aitune_core.executors.progress import running_build
 
 if TYPE_CHECKING:
     from aitune_core.evaluate.session import GraphSession
@@ -24,12 +25,15 @@ class InProcessExecutor(Executor):
     name = "inprocess"
 
     def submit(self, session: GraphSession, task: CandidateTask) -> PendingCandidate:
-        run_candidate(
-            session,
-            task.blueprint,
-            task.result,
-            correctness_check=task.correctness_check,
-            raise_errors=task.raise_errors,
-            log=task.log,
-        )
+        with running_build(
+            f"{session.module_name}/{session.graph.name}: {task.result.backend}"
+        ):  # counted, and never beside a timing of another thread
+            run_candidate(
+                session,
+                task.blueprint,
+                task.result,
+                correctness_check=task.correctness_check,
+                raise_errors=task.raise_errors,
+                log=task.log,
+            )
         return FinishedCandidate(task.result)

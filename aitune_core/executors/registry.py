@@ -13,6 +13,7 @@ from aitune_core.executors.base import Executor, ExecutorError
 from aitune_core.extensions import slots
 
 BUILTIN_EXECUTORS: dict[str, str] = {
+    "auto": "aitune_core.executors.auto:AutoExecutor",
     "inprocess": "aitune_core.executors.inprocess:InProcessExecutor",
     "subprocess": "aitune_core.executors.isolated.subprocess_executor:SubprocessExecutor",
 }

@@ -268,7 +268,7 @@ def aitune_register_executors() -> Sequence[type[Executor]]:
     process (`"subprocess"`). A plugin can run them elsewhere, on a cluster, a job queue
     or a remote GPU, and users then choose it by name: `tune(..., executor="ray")` or
     `aitune_core.config.executor = "ray"`. The name is the class attribute
-    `Executor.name`, under the rule backend names follow: the core's names (`inprocess`,
+    `Executor.name`, under the rule backend names follow: the core's names (`auto`, `inprocess`,
     `subprocess`) cannot be taken, and two plugins registering one name are both refused.
 
     **When.** Once, while plugins are loaded, as `aitune_register_backends`. A class that

@@ -183,6 +183,17 @@ class TuneStrategy(abc.ABC):
         graph finds belongs on its ``run``.
         """
 
+    def early_candidates(self, run: GraphRun) -> list[Backend] | None:
+        """The candidates of ``run``'s graph to submit before its turn, so that every graph's builds run together.
+
+        Only for strategies that try every candidate whatever the others gave
+        (``parallel_candidates``), and only what ``_tune`` then takes with
+        ``run.collect()`` instead of evaluating them itself. None (the default): the
+        graph's candidates are built in its turn. Prepare the graph here first (a
+        batch-size search that widens it), keeping what is found on ``run``.
+        """
+        return None
+
     def _timer(self) -> Timer:
         return self.timer or config.timer or WallClock()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from aitune_core.backends.base import Backend
 from aitune_core.evaluate.reuse import recalled_max_batch, remember_max_batch
 from aitune_core.evaluate.session import GraphSession
+from aitune_core.executors.gate import BUILD_GATE
 from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_core.profiling.sweep import search_max_batch
 from aitune_core.serialization import converter
@@ -34,9 +35,19 @@ class MaxThroughputStrategy(TuneStrategy):
     parallel_candidates = True
 
     def _tune(self, run: GraphRun) -> Backend:
-        largest = self.largest_batch(run.session)
-        results = list(run.evaluate_all(run.candidates()))
-        return run.route_by_batch(results, run.serving_sizes(largest))
+        if run.early is None:
+            run.largest_batch = self.largest_batch(run.session)
+            results = list(run.evaluate_all(run.candidates()))
+        else:  # submitted before the graph's turn (early_candidates)
+            results = run.collect()
+        return run.route_by_batch(results, run.serving_sizes(run.largest_batch))
+
+    def early_candidates(self, run: GraphRun) -> list[Backend] | None:
+        """Every candidate, after the batch-size search that may widen the graph they are built for."""
+        if type(self)._tune is not MaxThroughputStrategy._tune:
+            return None  # a subclass that tunes its own way evaluates its candidates itself
+        run.largest_batch = self.largest_batch(run.session)
+        return run.candidates()
 
     def largest_batch(self, session: GraphSession) -> int | None:
         """The largest batch size to compare at: the recorded one, or a larger one the search finds.
@@ -53,15 +64,16 @@ class MaxThroughputStrategy(TuneStrategy):
             best = recalled
             session.log.info("max batch size recalled from the store", max_batch_size=best)
         else:
-            best, measurements = search_max_batch(
-                session.module,
-                lambda size: session.call_at(size)[0],
-                batch[1],
-                session.device,
-                self.profile_config,
-                session.log,
-                session.timer,
-            )
+            with BUILD_GATE.profiling(f"{session.module_name}/{session.graph.name}"):  # timed: nothing builds meanwhile
+                best, measurements = search_max_batch(
+                    session.module,
+                    lambda size: session.call_at(size)[0],
+                    batch[1],
+                    session.device,
+                    self.profile_config,
+                    session.log,
+                    session.timer,
+                )
             session.log.info(
                 "max batch size estimated", max_batch_size=best, tried=[m.batch_size for m in measurements]
             )

@@ -16,7 +16,10 @@ Custom strategies get the same checks and the same summary rows for free.
 Where a candidate runs is the executor's business (:mod:`aitune_core.executors`):
 :meth:`GraphRun.evaluate` tries one and waits for it, and :meth:`GraphRun.evaluate_all`
 lets an executor run several at once when the strategy looks at every result before
-choosing (``parallel_candidates``).
+choosing (``parallel_candidates``). ``tune()`` may submit a graph's candidates before
+its turn (:meth:`GraphRun.submit_all`), so that the builds of every graph run
+together; the graph's turn then collects them (:meth:`GraphRun.collect`). Timings hold
+the process's build gate alone (:mod:`aitune_core.executors.gate`): no build runs beside them.
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ from aitune_core.evaluate.candidate import discard, failure_reason
 from aitune_core.evaluate.result import CandidateResult, Status, describe_range
 from aitune_core.evaluate.session import GraphSession
 from aitune_core.executors.base import CandidateTask, Executor, PendingCandidate
+from aitune_core.executors.gate import BUILD_GATE
 from aitune_core.executors.inprocess import InProcessExecutor
+from aitune_core.executors.progress import BUILD_PROGRESS
 from aitune_core.executors.registry import resolve_executor
 from aitune_core.guard import ModuleChangedError
 from aitune_core.profiling.measurement import ProfileConfig
@@ -71,6 +76,8 @@ class TuneStrategy(Protocol):
 
     def lost(self, run: GraphRun, result: CandidateResult, ranking: Ranking) -> tuple[Status, str]: ...
 
+    def early_candidates(self, run: GraphRun) -> list[Backend] | None: ...
+
     def _pre_tune(self, run: GraphRun) -> None: ...
 
     def _tune(self, run: GraphRun) -> Backend: ...
@@ -96,6 +103,10 @@ class GraphRun:
         self.backend: Backend | None = None
         """The backend serving the largest batches (ACTIVE), once tuned or given up."""
         self.executor: Executor | None = None
+        self.largest_batch: int | None = None
+        """The largest batch size to compare at, when the strategy looked for it before the builds were submitted."""
+        self.early: list[PendingCandidate] | None = None
+        """Candidates submitted before the graph's turn (:meth:`submit_all`), collected by :meth:`collect`."""
         self._owns_guard = owns_guard
         self._uncapped: Winners = {}
         self._candidate_count = 0
@@ -116,6 +127,7 @@ class GraphRun:
                 backend = strategy._tune(self)
                 strategy._post_tune(self)
             finally:
+                BUILD_PROGRESS.submitted(self._candidate_index - self._candidate_count)  # planned, never submitted
                 chosen.end_graph(session)
                 if self._owns_guard:
                     session.guard.release()  # the strategy outlives the graph; the copy of the weights need not
@@ -147,6 +159,7 @@ class GraphRun:
                 )
         self._candidate_count = len(available)
         self._candidate_index = 0
+        BUILD_PROGRESS.submitted(len(available))
         return available
 
     def evaluate(self, blueprint: Backend, raise_errors: bool = False) -> CandidateResult:
@@ -175,12 +188,24 @@ class GraphRun:
             for blueprint in blueprints:
                 yield self.evaluate(blueprint)
             return
-        pending = [self.submit(blueprint) for blueprint in blueprints]
+        pending = [self.submit(blueprint, alongside=True) for blueprint in blueprints]
         for item in pending:
             yield item.result()
 
-    def submit(self, blueprint: Backend, raise_errors: bool = False) -> PendingCandidate:
-        """Add a summary row for ``blueprint`` and hand it to the executor; returns at once where it can."""
+    def submit_all(self, blueprints: Iterable[Backend]) -> None:
+        """Submit every blueprint now, to be built beside each other (and other graphs'), and collected later."""
+        self.early = [self.submit(blueprint, alongside=True) for blueprint in blueprints]
+
+    def collect(self) -> list[CandidateResult]:
+        """The results of what :meth:`submit_all` submitted, in the order submitted (waiting for each)."""
+        assert self.early is not None, "collect() follows submit_all()"
+        return [item.result() for item in self.early]
+
+    def submit(self, blueprint: Backend, raise_errors: bool = False, alongside: bool = False) -> PendingCandidate:
+        """Add a summary row for ``blueprint`` and hand it to the executor; returns at once where it can.
+
+        alongside: other candidates are submitted before any result is awaited.
+        """
         result = CandidateResult(blueprint.describe(), "failed", key=blueprint.key(), blueprint=blueprint)
         self.results.append(result)
         self._candidate_index += 1
@@ -193,6 +218,7 @@ class GraphRun:
             raise_errors=raise_errors,
             result=result,
             log=log,
+            alongside=alongside,
         )
         return self._executor().submit(self.session, task)
 
@@ -246,7 +272,7 @@ class GraphRun:
             return None
         gate = strategy.performance_gate if strategy.performance_validation else None
         try:
-            with session.guard.step("profile"):
+            with BUILD_GATE.profiling(f"{session.module_name}/{session.graph.name}"), session.guard.step("profile"):
                 ranking = rank(session, live, sizes, gate, session.timer, never_wins)
         except ModuleChangedError as changed:
             for result in live:

@@ -10,7 +10,8 @@ itself, which any backend author may enable without giving up their own config:
 
 * each test runs with the default ``aitune_core.config``, a cache folder of its own,
   a :func:`~aitune_core.testing.timing.steady_timer` (which candidate wins never
-  depends on the machine's load) and ``torch.manual_seed(0)``, and the config is reset
+  depends on the machine's load), one build at a time in the test's process
+  (``parallel_builds = 1``) and ``torch.manual_seed(0)``, and the config is reset
   after it;
 * every ``aitune_core.load`` that fails must leave the model exactly as it was
   (:func:`~aitune_core.testing.load_guard.guard_failed_loads`).
@@ -38,6 +39,7 @@ from aitune_core.testing.timing import steady_timer
 def _aitune_default_config(tmp_path: Path) -> Iterator[None]:
     config.reset()
     config.timer = steady_timer()
+    config.parallel_builds = 1  # one build at a time, in this process, unless a test asks for more
     config.cache_dir = tmp_path / "aitune-cache"
     torch.manual_seed(0)
     try:

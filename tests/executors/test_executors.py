@@ -16,6 +16,7 @@ import aitune_core as ait
 from aitune_core.backends import TorchEagerBackend
 from aitune_core.evaluate.session import GraphSession
 from aitune_core.executors import (
+    AutoExecutor,
     CandidateTask,
     Executor,
     ExecutorError,
@@ -69,14 +70,16 @@ class Recording(InProcessExecutor):
         self.ended += 1
 
 
-def test_default_is_in_process_and_names_resolve() -> None:
-    assert ait.config.executor == "inprocess"
+def test_default_is_auto_and_names_resolve() -> None:
+    assert ait.config.executor == "auto"
+    auto, owned = resolve_executor("auto")
+    assert isinstance(auto, AutoExecutor) and owned and auto.children is None  # the tests build one at a time
     executor, owned = resolve_executor("inprocess")
     assert isinstance(executor, InProcessExecutor) and owned
     assert get_executor_class("subprocess") is SubprocessExecutor
     instance = SubprocessExecutor(timeout_s=5)
     assert resolve_executor(instance) == (instance, False)
-    assert {"inprocess", "subprocess"} <= set(executor_names())
+    assert {"auto", "inprocess", "subprocess"} <= set(executor_names())
 
 
 def test_unknown_executor_fails_before_gathering_and_names_the_distribution(
@@ -179,7 +182,7 @@ def test_plugins_register_executors_through_the_hook(
     registry = aitune_isolated_plugins.load(
         aitune_fake_dist("aitune-nearby", _PLUGIN), aitune_fake_dist("aitune-impostor", _IMPOSTOR)
     )
-    assert executor_names() == ["inprocess", "nearby", "subprocess"]
+    assert executor_names() == ["auto", "inprocess", "nearby", "subprocess"]
     cls = get_executor_class("nearby")
     assert cls.__name__ == "NearbyExecutor"
     assert get_executor_class("subprocess") is SubprocessExecutor  # the core's names cannot be taken

@@ -68,9 +68,9 @@ def test_executors_are_registered_once_while_loading(aitune_fake_dist: Any, aitu
     registry = aitune_isolated_plugins.load(executors_plugin(aitune_fake_dist, "aitune-fake-near", "near"))
     import aitune_fake_near
 
-    assert executor_names() == ["inprocess", "near", "subprocess"]
+    assert executor_names() == ["auto", "inprocess", "near", "subprocess"]
     assert registry.executor_classes() == {"near": aitune_fake_near.Chosen}
-    assert executor_names() == ["inprocess", "near", "subprocess"]
+    assert executor_names() == ["auto", "inprocess", "near", "subprocess"]
     assert aitune_fake_near.CALLS == ["aitune_register_executors"], "asked once, at load, not per lookup"
 
 
@@ -90,7 +90,7 @@ def test_an_invalid_executor_refuses_its_plugin(
         registry = aitune_isolated_plugins.load(executors_plugin(aitune_fake_dist, "aitune-fake-odd", "odd", returned))
     status, found = reasons(registry)["aitune-fake-odd"]
     assert status is PluginStatus.FAILED and found.startswith(reason)
-    assert executor_names() == ["inprocess", "subprocess"]
+    assert executor_names() == ["auto", "inprocess", "subprocess"]
     assert [e["distribution"] for e in events if e["event"] == "plugin failed to load"] == ["aitune-fake-odd"]
 
 
@@ -111,7 +111,7 @@ def test_an_executor_name_two_plugins_register_refuses_both(
         "aitune-fake-three": (PluginStatus.LOADED, ""),
         "aitune-fake-two": (PluginStatus.FAILED, both),
     }
-    assert executor_names() == ["inprocess", "other", "subprocess"]
+    assert executor_names() == ["auto", "inprocess", "other", "subprocess"]
 
 
 def test_backend_and_executor_names_are_refused_alike(aitune_fake_dist: Any, aitune_isolated_plugins: Any) -> None:

@@ -173,6 +173,11 @@ def backend_ref(blueprint: Backend) -> dict[str, Any]:
     }
 
 
+def cannot_travel(module: torch.nn.Module) -> str | None:
+    """Why a worker could not import one of ``module``'s classes by name (where it is defined); None when it can."""
+    return next((where for where in map(_defined_in, map(type, module.modules())) if where), None)
+
+
 def _defined_in(cls: type) -> str | None:
     """Where a class that another process cannot import by name is defined; None when it can."""
     if cls.__module__ == "__main__":

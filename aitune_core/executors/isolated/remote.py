@@ -7,7 +7,10 @@ share this machine's disk, how to bring a winner's artifacts back
 
 * per graph, a pool of :meth:`max_parallel` threads, each waiting on one candidate, so
   that up to that many run at once and the time limit of each starts when it is handed
-  to a worker, not when the strategy queued it;
+  to a worker, not when the strategy queued it; with a fixed number of ``workers``, that
+  many at once over all graphs, so graphs submitted together share them;
+* each running candidate holds this process's build gate (:mod:`..gate`): nothing is
+  timed here while it builds, and it waits while something is timed;
 * the graph is shipped once, lazily, at the first candidate (after the strategy's
   batch-size search, which may widen the graph's batch range);
 * a worker's answer becomes the strategy's summary row here, on the strategy's thread,
@@ -25,6 +28,7 @@ cache folder of other candidates are untouched when a worker dies.
 from __future__ import annotations
 
 import abc
+import contextlib
 import threading
 import time
 import uuid
@@ -39,6 +43,7 @@ from aitune_core.evaluate.result import CandidateFailedError, CandidateRejectedE
 from aitune_core.executors.base import CandidateTask, Executor, ExecutorError, FinishedCandidate, PendingCandidate
 from aitune_core.executors.isolated.answer import Answer
 from aitune_core.executors.isolated.payload import GraphPayload, UnshippableBackendError, backend_ref
+from aitune_core.executors.progress import running_build
 
 if TYPE_CHECKING:
     from aitune_core.backends.base import Backend
@@ -76,6 +81,8 @@ class RemoteExecutor(Executor):
         self.timeout_s = timeout_s
         self._shipments: dict[int, Shipment] = {}
         self._lock = threading.Lock()
+        self._slots = threading.Semaphore(workers) if workers is not None else None
+        """Candidates running at once over all graphs; None: the workers' side decides."""
 
     def max_parallel(self, session: GraphSession) -> int:
         return self.workers or 1
@@ -134,15 +141,21 @@ class RemoteExecutor(Executor):
             "graph_id": shipment.graph_id,
             **self.candidate_options(),
         }
-        future = shipment.pool.submit(self._run_guarded, shipment.handle, candidate)
+        label = f"{session.module_name}/{session.graph.name}: {task.result.backend}"
+        future = shipment.pool.submit(self._run_guarded, shipment.handle, candidate, label)
         shipment.futures.append(future)
         return _Pending(shipment, task, future)
 
-    def _run_guarded(self, handle: Any, candidate: dict[str, Any]) -> Answer:
-        try:
-            return self.run(handle, candidate)
-        except Exception as error:
-            return Answer.failed("start", f"{self.name} executor error: {type(error).__name__}: {error}")
+    def slots(self) -> contextlib.AbstractContextManager[Any]:
+        """Hold one of the ``workers`` places while a candidate runs (nothing to hold when the workers decide)."""
+        return self._slots or contextlib.nullcontext()
+
+    def _run_guarded(self, handle: Any, candidate: dict[str, Any], label: str) -> Answer:
+        with self.slots(), running_build(label):
+            try:
+                return self.run(handle, candidate)
+            except Exception as error:
+                return Answer.failed("start", f"{self.name} executor error: {type(error).__name__}: {error}")
 
     def _shipment(self, session: GraphSession) -> Shipment:
         with self._lock:

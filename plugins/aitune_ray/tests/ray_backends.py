@@ -130,3 +130,41 @@ class ArtifactBackend(SkipDelayBackend):
             module.load_state_dict(torch.load(self.weights, weights_only=True))
             self.loaded_from = self.weights
         self.built = module
+
+
+MEETING_DIR = "AITUNE_TEST_MEETING_DIR"
+MEETING_COUNT = "AITUNE_TEST_MEETING_COUNT"
+
+
+class MeetingBackend(SkipDelayBackend):
+    """Where ``AITUNE_TEST_MEETING_DIR`` is set (the Ray workers of the graphs test), each build waits for the others.
+
+    Each build leaves a file in that folder and goes on only once ``AITUNE_TEST_MEETING_COUNT``
+    builds have: so the candidates pass only if that many were built at the same time.
+    Elsewhere (the driver, a run in this process) it builds at once.
+    """
+
+    name = "test_ray_meeting"
+
+    def _build(self, context: BuildContext) -> None:
+        folder = os.environ.get(MEETING_DIR)
+        if folder:
+            wanted = int(os.environ.get(MEETING_COUNT, "1"))
+            (Path(folder) / f"{os.getpid()}-{time.monotonic_ns()}").touch()
+            deadline = time.monotonic() + 120.0
+            while len(list(Path(folder).iterdir())) < wanted:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"only {len(list(Path(folder).iterdir()))} of {wanted} builds ran together")
+                time.sleep(0.05)
+        super()._build(context)
+
+
+class FourBranches(nn.Module):
+    """Four blocks side by side on the same input, each its own wrapped module; their outputs summed."""
+
+    def __init__(self, blocks: list[nn.Module]) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([block(x) for block in self.blocks]).sum(0)
