@@ -19,7 +19,6 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.checkpoint.inspect import describe_checkpoint
 from aitune_core.testing.checkpoint_fuzz import TunedCheckpoint, tune_and_save
 from aitune_core.testing.engine import sha256_of
 from aitune_inductor import TorchInductorJitBackend
@@ -83,7 +82,14 @@ def test_the_compile_cache_is_a_sealed_native_artifact(saved: TunedCheckpoint) -
     ref = backend["artifacts"][COMPILE_CACHE_ARTIFACT]
     assert ref["native"] is True and ref["size"] > 0
     assert ref["sha256"] == sha256_of(saved.path / ref["path"]) == backend["extra"]["compile_cache_sha256"]
-    text = describe_checkpoint(saved.path)
+    shown = subprocess.run(
+        [sys.executable, "-m", "aitune_core.cli", "inspect", str(saved.path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
     assert "loading runs these (needs trust_native_code=True)" in text
     assert f"inductor_jit {COMPILE_CACHE_ARTIFACT}" in text
     assert "without trust_native_code=True they are not loaded, the graph compiles again" in text
