@@ -1,8 +1,11 @@
 """A JIT checkpoint carries its compile cache: trusted, a fresh process serves without compiling.
 
-Each load runs in a fresh process with an empty Inductor cache, as a deployment does,
-and reports torch's own compile counters: whether Inductor found the graph in its
-cache (loaded from the checkpoint) or generated it again.
+The checkpoint is tuned in a process of its own, as a tuning script is: a pytest process
+that compiled the same forward in earlier tests carries Dynamo's state from them (shapes
+seen, dims made dynamic) into the build, which would then compile a graph that a new
+process does not. Each load runs in a fresh process with an empty Inductor cache, as a
+deployment does, and reports torch's own compile counters: whether Inductor found the
+graph in its cache (loaded from the checkpoint) or generated it again.
 """
 
 from __future__ import annotations
@@ -19,9 +22,8 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.testing.checkpoint_fuzz import TunedCheckpoint, tune_and_save
+from aitune_core.testing.checkpoint_fuzz import TunedCheckpoint
 from aitune_core.testing.engine import sha256_of
-from aitune_inductor import TorchInductorJitBackend
 from aitune_inductor.compile_cache import COMPILE_CACHE_ARTIFACT, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="this torch cannot save compile caches")
@@ -42,6 +44,23 @@ print(json.dumps({kind: dict(found) for kind, found in counters.items()}))
 """
 
 
+_TUNE = """
+import sys, torch
+from pathlib import Path
+from aitune_core.testing.checkpoint_fuzz import tune_and_save
+from aitune_inductor import TorchInductorJitBackend
+
+def build_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3)).eval()
+
+folder = Path(sys.argv[1])
+checkpoint = tune_and_save(build_model, 6, TorchInductorJitBackend(), folder, "compile-cache")
+torch.save({"x": checkpoint.x, "y": checkpoint.y}, folder / "call.pt")
+print(checkpoint.path)
+"""
+
+
 def build_model() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3)).eval()
@@ -50,9 +69,13 @@ def build_model() -> torch.nn.Module:
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> TunedCheckpoint:
     folder = tmp_path_factory.mktemp("jit-cache")
-    checkpoint = tune_and_save(build_model, 6, TorchInductorJitBackend(), folder, "compile-cache")
-    torch.save({"x": checkpoint.x, "y": checkpoint.y}, folder / "call.pt")
-    return checkpoint
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor")}
+    done = subprocess.run(
+        [sys.executable, "-c", _TUNE, str(folder)], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    call = torch.load(folder / "call.pt")
+    return TunedCheckpoint(Path(done.stdout.strip().splitlines()[-1]), call["x"], call["y"])
 
 
 def _backend(path: Path) -> dict[str, Any]:
