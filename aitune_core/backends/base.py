@@ -79,6 +79,10 @@ class BuildContext:
     device: torch.device
     cache_dir: Path
     signature: ForwardSignature
+    trust_native_code: bool = False
+    """Whether artifacts that are native code may be loaded into this process. Only a
+    ``load(..., trust_native_code=True)`` sets it; a backend whose
+    :meth:`Backend.optional_native_artifacts` it restored leaves them unread without it."""
 
 
 class Backend(abc.ABC):
@@ -207,6 +211,15 @@ class Backend(abc.ABC):
         passes ``trust_native_code=True``. Loading asks the installed backend class, not
         the manifest, so a checkpoint cannot hide native code by editing its own marks.
         It is called on backends restored with :meth:`from_dict`, before deploying.
+        """
+        return frozenset()
+
+    def optional_native_artifacts(self) -> frozenset[str]:
+        """Those of :meth:`native_artifacts` the backend can do without: a cache of what it can make again.
+
+        ``load`` does not refuse a checkpoint for them. The backend reads them only when
+        its context has ``trust_native_code``; without it, it leaves them unread and does
+        the work they would have saved (a JIT backend compiles again), and says so.
         """
         return frozenset()
 

@@ -83,10 +83,27 @@ def describe_checkpoint(path: str | os.PathLike[str], verify_hashes: bool = True
     return "\n".join(lines)
 
 
+_COMPILE_CACHE = (
+    "; compiled kernels of a JIT backend: without trust_native_code=True they are not loaded, the graph compiles again"
+)
+
+
+def _is_compile_cache(backend: Any) -> bool:
+    """Whether the writer stored this JIT backend's native artifacts as a cache of its compile.
+
+    A JIT backend compiles from the module's own code, so its native artifacts can only
+    be kernels it could compile again (the installed class, not the manifest, decides at
+    load). A partition is JIT too, but its native artifacts are its children's, which may
+    not be optional.
+    """
+    return bool(backend.is_jit) and backend.name != PARTITION
+
+
 def _would_run(manifest: Manifest) -> list[str]:
     """What loading executes besides reading data: native code it loads, and compilers it starts."""
     native = [
         f"    {module.name}/{graph.spec.name}: {backend.name} {name} ({ref.path}, {_size(ref.size)})"
+        + (_COMPILE_CACHE if _is_compile_cache(backend) else "")
         for module in manifest.modules
         for graph in module.graphs
         for backend in graph.backend_entries()

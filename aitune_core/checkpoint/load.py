@@ -61,7 +61,9 @@ def load(
         eagerly, since there are no weights to run them with.
     trust_native_code: allow artifacts that are machine code loaded into this process
         (AOT Inductor packages hold a shared library whose code runs when loaded). Off,
-        such checkpoints are refused with the list of what they would run.
+        such checkpoints are refused with the list of what they would run; native code
+        a backend can do without (Inductor JIT's compile cache) is left unread instead,
+        and that backend compiles again.
     verify_key: refuse the checkpoint unless it was signed with this key
         (``save(..., sign_key=...)``) and nothing in it changed since.
     Returns ``model``, or the new wrapper when the model itself was the tuned module.
@@ -126,7 +128,8 @@ def _apply(model: nn.Module, plan: LoadPlan, release_weights: bool, unpacked: Pa
     folder = _private_folder("deploy-")
     try:
         wrappers = [
-            _apply_module(model, module, snapshot, folder / str(index)) for index, module in enumerate(plan.modules)
+            _apply_module(model, module, snapshot, folder / str(index), plan.trust_native_code)
+            for index, module in enumerate(plan.modules)
         ]
     except BaseException:
         snapshot.restore()
@@ -148,7 +151,9 @@ def _apply(model: nn.Module, plan: LoadPlan, release_weights: bool, unpacked: Pa
     return result
 
 
-def _apply_module(model: nn.Module, plan: ModulePlan, snapshot: ModelSnapshot, folder: Path) -> Module:
+def _apply_module(
+    model: nn.Module, plan: ModulePlan, snapshot: ModelSnapshot, folder: Path, trust_native_code: bool
+) -> Module:
     entry, target, inner = plan.entry, plan.target, plan.inner
     with about(entry.name):
         if plan.weights is not None:
@@ -167,7 +172,9 @@ def _apply_module(model: nn.Module, plan: ModulePlan, snapshot: ModelSnapshot, f
     routes: dict[Hashable, Route] = {}
     for graph in plan.graphs:
         wrapper.add_graph(graph.spec, graph.samples)
-        routes[graph.spec.key] = _deploy_graph(graph, entry.name, inner, wrapper.signature, plan.device, folder)
+        routes[graph.spec.key] = _deploy_graph(
+            graph, entry.name, inner, wrapper.signature, plan.device, folder, trust_native_code
+        )
     wrapper.set_routes(routes)
     return wrapper
 
@@ -179,6 +186,7 @@ def _deploy_graph(
     signature: ForwardSignature,
     device: torch.device,
     folder: Path,
+    trust_native_code: bool,
 ) -> Route:
     """Deploy every backend of one graph of ``module`` and route to them."""
     spec = graph.spec
@@ -192,11 +200,12 @@ def _deploy_graph(
                 device=device,
                 cache_dir=folder / spec.name / str(index) / backend.key(),
                 signature=signature,
+                trust_native_code=trust_native_code,
             )
             context.cache_dir.mkdir(parents=True, exist_ok=True)
             if backend.is_jit:
                 get_logger(module=name, graph=spec.name).info(
-                    "recompiling JIT backend from stored samples"
+                    "activating JIT backend on the stored samples"
                     if graph.samples
                     else "JIT backend compiles on its first call (no samples stored)",
                     backend=stored.description,

@@ -33,6 +33,7 @@ from aitune_core.checkpoint.signing import SigningKey, verify_signature
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.graphs.sample_data import decode_samples
+from aitune_core.log import get_logger
 from aitune_core.module.stored_graph import check_graph, on_device
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module
 
@@ -77,6 +78,8 @@ class LoadPlan:
     root: Path
     manifest: Manifest
     modules: list[ModulePlan]
+    trust_native_code: bool = False
+    """Given to every backend's context: whether it may load the native code it can do without."""
 
 
 def plan_load(
@@ -97,7 +100,7 @@ def plan_load(
         _check_target(model, entry)
     plans = [_plan_module(model, root, entry, device_map) for entry in manifest.modules]
     _check_native_code(plans, trust_native_code)
-    return LoadPlan(root, manifest, plans)
+    return LoadPlan(root, manifest, plans, trust_native_code)
 
 
 # --------------------------------------------------------------------------- targets
@@ -230,19 +233,22 @@ def _restore_backend(root: Path, entry: BackendEntry) -> Backend:
 
 
 # --------------------------------------------------------------------------- native code
-def native_artifacts(plans: list[ModulePlan]) -> list[str]:
+def native_artifacts(plans: list[ModulePlan], optional: bool = False) -> list[str]:
     """``module/graph: backend artifact (path)`` for every file that is native code.
 
     The installed backend class decides which of its artifacts are native; a mark in
-    the manifest adds to that, never takes away.
+    the manifest adds to that, never takes away. Those the class can do without
+    (:meth:`~aitune_core.backends.base.Backend.optional_native_artifacts`, a JIT
+    backend's compile cache) are listed with ``optional=True``, the others without.
     """
     found = []
     for module in plans:
         for graph in module.graphs:
             for entry, backend in graph.backends():
-                declared = backend.native_artifacts()
+                can_skip = backend.optional_native_artifacts()
+                declared = backend.native_artifacts() | can_skip
                 for name, ref in entry.artifacts.items():
-                    if name in declared or ref.native:
+                    if (name in declared or ref.native) and (name in can_skip) == optional:
                         where = f"{module.entry.name}/{graph.spec.name}"
                         found.append(f"{where}: {entry.name} {name} ({ref.path})")
     return found
@@ -256,4 +262,10 @@ def _check_native_code(plans: list[ModulePlan], trust_native_code: bool) -> None
             + "; ".join(native)
             + ". Load it with trust_native_code=True only if you trust where it came from "
             "(`aitune inspect` lists what it would run)"
+        )
+    skipped = native_artifacts(plans, optional=True)
+    if skipped and not trust_native_code:
+        get_logger().warning(
+            "native code left unread (trust_native_code=False): these backends compile again at load instead",
+            artifacts=skipped,
         )

@@ -190,7 +190,7 @@ def _write_artifacts(root: Path, folder: str, backend: Any, declared: dict[str, 
             "a backend must not change its artifacts after it passed"
         )
     refs = {}
-    native = backend.native_artifacts()
+    native = backend.native_artifacts() | backend.optional_native_artifacts()
     for name, source in declared.items():
         relative = f"{folder}/artifacts/{name}/{Path(source).name}"
         sha256, size = copy_hashed(Path(source), root / relative)

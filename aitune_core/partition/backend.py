@@ -247,6 +247,7 @@ class PartitionBackend(Backend):
                             device=context.device,
                             cache_dir=context.cache_dir / "parts" / str(i) / str(j) / str(k),
                             signature=part.signature,
+                            trust_native_code=context.trust_native_code,
                         )
                         child.cache_dir.mkdir(parents=True, exist_ok=True)
                         if step == "deploy":
@@ -286,6 +287,15 @@ class PartitionBackend(Backend):
             stored.artifacts[name]
             for _, stored, backend in self._children()
             for name in backend.native_artifacts()
+            if name in stored.artifacts
+        )
+
+    def optional_native_artifacts(self) -> frozenset[str]:
+        """Its native artifacts that the child backend holding them can do without (that class decides)."""
+        return frozenset(
+            stored.artifacts[name]
+            for _, stored, backend in self._children()
+            for name in backend.optional_native_artifacts()
             if name in stored.artifacts
         )
 

@@ -174,7 +174,18 @@ def tune_and_save(out: Path, new_tokens: int) -> None:
 # ---------------------------------------------------------------------- load and generate
 
 
-def deploy(out: Path, new_tokens: int) -> int:
+def compiles() -> str:
+    """What torch compiled in this process so far, from its own counters."""
+    from torch._dynamo.utils import counters
+
+    inductor = counters["inductor"]
+    return (
+        f"Dynamo traced {counters['frames']['ok']} frame(s); Inductor generated {inductor['fxgraph_cache_miss']} "
+        f"graph(s) and found {inductor['fxgraph_cache_hit']} in its cache"
+    )
+
+
+def deploy(out: Path, new_tokens: int, trust: bool) -> int:
     """In a fresh process: load the checkpoint, generate, compare with eager, time decode steps."""
     config = GPT2Config.from_json_file(out / CONFIG_FILE)
     weights = torch.load(out / WEIGHTS_FILE, weights_only=True)
@@ -182,15 +193,24 @@ def deploy(out: Path, new_tokens: int) -> int:
     eager.load_state_dict(weights)
 
     started = time.perf_counter()
-    # Inductor JIT compiles again at load: no native code in the checkpoint, so no
-    # trust_native_code=True needed (AOT Inductor packages would need it).
-    tuned = ait.load(build_model(config), out / CHECKPOINT)
-    print(f"loaded in {time.perf_counter() - started:.1f} s (fresh process)")
+    # The checkpoint holds Inductor's compile cache: compiled kernels, native code. This
+    # process wrote it a moment ago, so it trusts it; without trust_native_code=True the
+    # cache is left unread and both graphs compile again.
+    tuned = ait.load(build_model(config), out / CHECKPOINT, trust_native_code=trust)
+    print(f"loaded in {time.perf_counter() - started:.1f} s (fresh process, trust_native_code={trust}): {compiles()}")
     for phase, backend in serving(tuned).items():
         print(f"  {phase:8} served by {backend}")
 
     ait.config.fallback = "raise"  # a call outside the tuned graphs and shapes fails instead of running eagerly
     stored = torch.load(out / TOKENS_FILE, weights_only=True)
+    with torch.no_grad():
+        started = time.perf_counter()
+        first = tuned(input_ids=stored["prompts"][:1], use_cache=True)
+        prefill_s = time.perf_counter() - started
+        started = time.perf_counter()
+        tuned(input_ids=first.logits[:, -1:].argmax(-1), cache=first.cache, use_cache=True)
+        decode_s = time.perf_counter() - started
+    print(f"first calls: prefill {prefill_s * 1e3:.0f} ms, decode {decode_s * 1e3:.0f} ms: {compiles()}")
     new_prompts = torch.stack(prompts(2, seed=2, vocab_size=config.vocab_size))
     checks = {
         "prompts from tuning, batch 1": (stored["prompts"][:1], stored["tokens"][:1]),
@@ -235,13 +255,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--new-tokens", type=int, default=32, help="tokens to generate per prompt (default 32)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument(
+        "--untrusted", action="store_true", help="load without trust_native_code: the stored compile cache is not used"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     if args.command == "deploy":
         if args.out is None:
             parser.error("deploy needs the folder written by the tuning step")
-        return deploy(args.out, args.new_tokens)
+        return deploy(args.out, args.new_tokens, trust=not args.untrusted)
 
     with tempfile.TemporaryDirectory(prefix="gpt2-greedy-") as temporary:
         out = args.out_dir or Path(temporary)
@@ -250,7 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         tune_and_save(out, args.new_tokens)
         print("== load in a fresh process and generate")
         command = [sys.executable, __file__, "deploy", str(out), "--new-tokens", str(args.new_tokens)]
-        return subprocess.run([*command, "--threads", str(args.threads)], check=False).returncode
+        command += ["--threads", str(args.threads)] + (["--untrusted"] if args.untrusted else [])
+        with tempfile.TemporaryDirectory(prefix="gpt2-greedy-inductor-") as empty:
+            # A new machine: an empty Inductor cache, so only the checkpoint's compile cache can help.
+            environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": empty}
+            return subprocess.run(command, check=False, env=environment).returncode
 
 
 if __name__ == "__main__":

@@ -7,6 +7,11 @@ recompile; a range that starts at 1 shares that graph too where the model allows
 (:mod:`aitune_inductor.size_one`). All shapes a tuned call can bring are run while
 building, so the seconds of compiling are spent in tuning, not on the first real call,
 and ``build_info["recompiles"]`` counts every graph beyond the first.
+
+What the build compiled is kept as Inductor's compile cache (:mod:`.compile_cache`), an
+artifact of the backend: a checkpoint loaded with ``trust_native_code=True`` puts it
+into the new process's caches before compiling, and the compile there finds every
+kernel instead of generating it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
+from pathlib import Path
 from typing import Any, cast
 
 import attrs
@@ -31,8 +37,10 @@ from aitune_core.plugin_api import (
     cast_outputs,
     compare_outputs,
     floating_dtype,
+    get_logger,
     map_leaves,
 )
+from aitune_inductor import compile_cache
 from aitune_inductor.availability import inductor_availability
 from aitune_inductor.calls import build_calls
 from aitune_inductor.compile_watch import CompileWatch
@@ -96,6 +104,14 @@ class TorchInductorJitBackend(Backend):
         super().__init__(config, **overrides)
         self._compiled: Any = None
         self._watch: CompileWatch | None = None
+        self._cache_file: Path | None = None
+        self._cache_sha256 = ""
+        self._cache_pending = False
+        """Restored with a compile cache not yet put into this process's caches (or left out, untrusted)."""
+        self._warm_up_kind = _BOUNDED
+        """How the kept compile marked its axes (see :func:`_mark_first_call`); stored with the backend."""
+        self._first_call = ""
+        """Set when compiling without samples: how to mark the first call's axes."""
 
     @property
     def is_jit(self) -> bool:
@@ -140,7 +156,8 @@ class TorchInductorJitBackend(Backend):
     def _build(self, context: BuildContext) -> None:
         started = time.perf_counter()
         self._watch = CompileWatch()
-        warm = self._compile_and_warm_up(context)
+        with compile_cache.capture() as captured:
+            warm = self._compile_and_warm_up(context)
         report = self._watch.report()
         self.build_info = {
             "dynamic": str(self.resolved_dynamic(context)),
@@ -148,10 +165,14 @@ class TorchInductorJitBackend(Backend):
             **report,
             "compile_s": round(time.perf_counter() - started, 3),
         }
+        if captured.data is not None:
+            self._cache_file, self._cache_sha256 = compile_cache.write(captured.data, context.cache_dir)
+            self.build_info["compile_cache"] = {"bytes": len(captured.data), **captured.summary}
         if warm.bounds_dropped:
             self.build_info["bounds_dropped"] = warm.bounds_dropped
         if warm.size_one:
             self.build_info["size_one"] = warm.size_one
+        self._warm_up_kind = warm.kind
 
     def _shares_size_one(self, context: BuildContext) -> bool:
         """Whether to try one graph for a range that starts at 1 (see :mod:`aitune_inductor.size_one`).
@@ -172,8 +193,11 @@ class TorchInductorJitBackend(Backend):
         if self._watch is None:  # restored from a checkpoint: count from the first activation
             self._watch = CompileWatch()
         if not context.samples:
-            # A checkpoint may hold no samples (inputs it cannot store); compile on the first call.
+            # A checkpoint may hold no samples (inputs it cannot store); compile on the first
+            # call, with its axes marked as the build marked them: the same compile as the
+            # build's, which a loaded compile cache serves, rather than one per size.
             self._compiled = torch.compile(context.module, **self._compile_kwargs(context))
+            self._first_call = self._warm_up_kind if self.resolved_dynamic(context) is not False else ""
             return _WarmUp([])
         calls = [arguments for _, arguments in build_calls(context)]
         with checked_once(context.device):
@@ -188,11 +212,11 @@ class TorchInductorJitBackend(Backend):
             except Exception as error:
                 mismatch = _first_line(error)
             if not mismatch:
-                return _WarmUp(marked, size_one=self._size_one_outcome())
+                return _WarmUp(marked, size_one=self._size_one_outcome(), kind=_FROM_ONE)
             size_one = f"own graph: {mismatch}"
             self._watch = CompileWatch()  # the report covers the compile that is kept
         marked, bounds_dropped = self._warm_up(context, calls)
-        return _WarmUp(marked, bounds_dropped, size_one)
+        return _WarmUp(marked, bounds_dropped, size_one, kind=_UNBOUNDED if bounds_dropped else _BOUNDED)
 
     def _size_one_outcome(self) -> str:
         """What became of size 1: "shared", or the guard that still made torch compile another graph."""
@@ -271,13 +295,63 @@ class TorchInductorJitBackend(Backend):
             raise RuntimeError(
                 "TorchInductorJitBackend compiles the original module when activated; pass a BuildContext"
             )
+        if self._cache_pending:
+            self._load_compile_cache(self.context)
         # Dynamo's and Inductor's caches make this fast when the same module was compiled before.
         self._compile_and_warm_up(self.context)
+
+    def _load_compile_cache(self, context: BuildContext) -> None:
+        """Put the stored compile cache into this process's caches, when the load trusts native code."""
+        assert self._cache_file is not None
+        log = get_logger(module=context.module_name, graph=context.graph_spec.name)
+        self._cache_pending = False
+        if not context.trust_native_code:
+            log.warning(
+                "compile cache not loaded: it holds compiled kernels, which run only with trust_native_code=True; "
+                "compiling again",
+                backend=self.describe(),
+            )
+            self.build_info["compile_cache"] = "not loaded (trust_native_code=False)"
+            return
+        held = compile_cache.load(self._cache_file, self._cache_sha256, self.describe())
+        log.info("compile cache loaded", backend=self.describe(), artifacts=held)
+        self.build_info["compile_cache"] = {"loaded": held}
 
     def _deactivate(self) -> None:
         # Dropping the compiled wrapper is all this backend owns; Dynamo's process-wide
         # state (other compiles, the user's own) is left alone: no torch._dynamo.reset().
         self._compiled = None
+
+    # ------------------------------------------------------------------ persistence
+    def _artifacts(self) -> dict[str, Path]:
+        return {compile_cache.COMPILE_CACHE_ARTIFACT: self._cache_file} if self._cache_file is not None else {}
+
+    def _extra_state(self) -> dict[str, Any]:
+        extra = {"warm_up": self._warm_up_kind}
+        if self._cache_file is not None:
+            extra["compile_cache_sha256"] = self._cache_sha256
+        return extra
+
+    def native_artifacts(self) -> frozenset[str]:
+        """The compile cache holds pickled objects and compiled kernels, which run when it is loaded."""
+        return frozenset(self._artifacts())
+
+    def optional_native_artifacts(self) -> frozenset[str]:
+        """Without the compile cache the backend compiles again, as it would without a checkpoint."""
+        return frozenset(self._artifacts())
+
+    def _restore(self, artifacts: dict[str, Path], extra: dict[str, Any]) -> None:
+        kind = extra.get("warm_up", _BOUNDED)
+        if kind not in (_BOUNDED, _UNBOUNDED, _FROM_ONE):
+            raise ValueError(f"{type(self).__name__}: unknown warm_up {kind!r} in its stored state")
+        self._warm_up_kind = kind
+        path = artifacts.get(compile_cache.COMPILE_CACHE_ARTIFACT)
+        if path is None:
+            return
+        sha256 = extra.get("compile_cache_sha256")
+        if not isinstance(sha256, str) or len(sha256) != 64:
+            raise ValueError(f"{type(self).__name__}: its compile cache comes without the sha256 it was saved with")
+        self._cache_file, self._cache_sha256, self._cache_pending = Path(path), sha256, True
 
     def compile_stats(self) -> dict[str, Any]:
         """Graphs, graph breaks and recompiles since this backend was built (process-wide counters)."""
@@ -289,6 +363,14 @@ class TorchInductorJitBackend(Backend):
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         compiled = self._compiled
         config = cast(TorchInductorJitBackendConfig, self.config)
+        if self._first_call:
+            kind, self._first_call = self._first_call, ""
+            assert self.context is not None
+            if kind == _FROM_ONE:
+                _mark_first_call(kind, self.context, args, kwargs)
+                with size_oblivious():
+                    return self._infer(*args, **kwargs)
+            _mark_first_call(kind, self.context, args, kwargs)
         if torch.is_grad_enabled():
             # Dynamo guards on grad mode: calls with and without grad would compile twice.
             with torch.no_grad():
@@ -305,7 +387,7 @@ class TorchInductorJitBackend(Backend):
 
     def inference_callable(self) -> Any:
         config = cast(TorchInductorJitBackendConfig, self.config)
-        if self._compiled is not None and not config.autocast_enabled:
+        if self._compiled is not None and not config.autocast_enabled and not self._first_call:
             return self._compiled
         return self._infer
 
@@ -325,6 +407,24 @@ class _WarmUp:
     marked: list[str]
     bounds_dropped: str = ""
     size_one: str = ""
+    kind: str = "bounded"
+
+
+_BOUNDED = "bounded"
+"""Ranged axes marked with their tuned bounds from size 2 (:meth:`TorchInductorJitBackend._warm_up`)."""
+_UNBOUNDED = "unbounded"
+"""The model contradicted the bounds: axes only hinted dynamic."""
+_FROM_ONE = "from_one"
+"""Bounds from size 1, first call reasoned size-obliviously (:mod:`aitune_inductor.size_one`)."""
+
+
+def _mark_first_call(kind: str, context: BuildContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Mark the axes of the first call of a compile without samples as the build's compile marked them."""
+    arguments = context.signature.normalize(args, kwargs)
+    if kind == _FROM_ONE:
+        mark_dynamic(arguments, context.graph_spec, bounded=True, floor=1)
+    else:
+        mark_dynamic(arguments, context.graph_spec, bounded=kind == _BOUNDED)
 
 
 def _first_line(error: BaseException) -> str:
