@@ -175,16 +175,22 @@ def tests_plugin(session: nox.Session, name: str) -> None:
     pytest(session, "--import-mode=importlib", PLUGINS[name].path)
 
 
+TOGETHER_MARKS = ["-m", "not slow"]
+"""What the all-together session leaves to the others: a ``slow`` test compiles, exports or
+starts processes for one backend, and its verdict does not depend on which other plugins
+are installed, so it runs once, in ``tests_core`` or in its plugin's ``tests_plugin``."""
+
+
 @nox.session
 def tests_all(session: nox.Session) -> None:
-    """Everything installed together: the core tests, then every plugin's tests."""
+    """Everything installed together: the core tests, then every plugin's tests (``slow`` ones run alone)."""
     names = with_needs(TOGETHER)
     install(session, ".[test]", *(PLUGINS[n].target for n in names))
     check_listing(session, names)
-    pytest(session, "tests")
+    pytest(session, "tests", *TOGETHER_MARKS)
     for name in names:
         # One run per plugin: each plugin's conftest is the top-level conftest of its run.
-        pytest(session, "--import-mode=importlib", PLUGINS[name].path)
+        pytest(session, "--import-mode=importlib", PLUGINS[name].path, *TOGETHER_MARKS)
 
 
 MODELS_PLUGINS = ["transformers", "inductor", "onnx"]

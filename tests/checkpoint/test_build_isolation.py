@@ -104,6 +104,7 @@ def _environment(tmp_path: Path) -> dict[str, str]:
     return environ
 
 
+@pytest.mark.slow  # child processes and their limits
 def test_two_jobs_sharing_a_cache_and_a_module_name_each_save_their_own_build(tmp_path: Path) -> None:
     """Job A tunes, job B tunes other weights under the same name, then A saves: A's checkpoint is A's."""
     script = tmp_path / "job.py"

@@ -350,6 +350,7 @@ def _error_lines(result: subprocess.CompletedProcess[str]) -> int:
     return sum(line.startswith("aitune inspect:") for line in result.stderr.splitlines())
 
 
+@pytest.mark.slow  # child processes and their limits
 def test_inspect_checks_hashes_and_reports_damage_in_one_line(
     checkpoint: tuple[Path, str, torch.Tensor, torch.Tensor],
 ) -> None:

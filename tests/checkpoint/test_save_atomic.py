@@ -206,6 +206,7 @@ def siblings(path: Path) -> list[str]:
     return sorted(p.name for p in path.parent.iterdir())
 
 
+@pytest.mark.slow  # kills child processes at each step
 @pytest.mark.parametrize(
     ("old_archive", "new_archive", "fallback", "old_aside"),
     [

@@ -46,6 +46,7 @@ def rows(report: ait.TuneReport) -> dict[str, ait.CandidateResult]:
 
 # --------------------------------------------------------------------------- helper processes
 @linux_only
+@pytest.mark.slow  # child processes and their limits
 def test_helpers_die_with_their_candidate_however_it_ends(unique_name: Callable[..., str], tmp_path: Path) -> None:
     ends = ("pass", "raise", "hang")
     backends = [HelperBackend(pid_file=str(tmp_path / f"{end}.pid"), then=end) for end in ends]
@@ -98,6 +99,7 @@ def test_defaults_are_bounded() -> None:
 
 
 @linux_only
+@pytest.mark.slow  # child processes and their limits
 def test_default_limits_stop_a_hang_and_a_hoard(
     unique_name: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

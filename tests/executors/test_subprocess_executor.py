@@ -44,6 +44,7 @@ def samples(count: int = 4) -> list[torch.Tensor]:
     return [torch.randn(16) for _ in range(count)]
 
 
+@pytest.mark.slow  # child processes and their limits
 def test_abort_hang_and_out_of_memory_are_failed_rows_and_the_rest_is_tuned(unique_name: Callable[..., str]) -> None:
     model = SlowableMLP(0.005).eval()
     module = ait.Module(model, unique_name())
