@@ -47,6 +47,7 @@ from pathlib import Path
 
 from aitune_core.checkpoint.manifest import MANIFEST_NAME
 from aitune_core.log import get_logger
+from aitune_core.processes import pid_alive
 
 SAVING = "saving"
 REPLACED = "replaced"
@@ -262,23 +263,7 @@ def _changed(path: Path) -> float:
 def _is_stale(path: Path, pid: int | None) -> bool:
     if pid is None:
         return time.time() - _newest_change(path) > UNOWNED_MAX_AGE_S
-    return not _alive(pid)
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, owned by another user
-    except OSError:
-        return True  # cannot tell (e.g. no signals on this system): keep it
-    return True
+    return not pid_alive(pid)
 
 
 def _newest_change(path: Path) -> float:

@@ -4,8 +4,8 @@ A backend author never imports this module. An executor author (``aitune-ray`` i
 one) ships graphs to workers and candidates' answers back: the executor contract,
 the payload and answer sent as plain data, the worker-side run, the session and
 result types an executor fills in, and the helpers that watch a candidate's process
-tree for memory. Like the backend surface, these names keep their meaning within a
-plugin API version.
+tree for memory, and whether a worker that left files behind still runs. Like the
+backend surface, these names keep their meaning within a plugin API version.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from aitune_core.executors.isolated.memory import default_limit_mb, held_bytes, 
 from aitune_core.executors.isolated.payload import GraphPayload
 from aitune_core.executors.isolated.remote import RemoteExecutor
 from aitune_core.executors.isolated.worker import EXIT_OUT_OF_MEMORY, run_payload, worker_id
+from aitune_core.processes import pid_alive
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -32,6 +33,7 @@ __all__ = [
     "default_limit_mb",
     "held_bytes",
     "over_limit",
+    "pid_alive",
     "run_payload",
     "with_descendants",
     "worker_id",

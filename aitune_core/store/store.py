@@ -33,6 +33,7 @@ import attrs
 from aitune_core.backends.artifacts import ArtifactSeal
 from aitune_core.backends.base import Backend
 from aitune_core.config import config
+from aitune_core.processes import pid_alive
 from aitune_core.store.entry import BadEntryError, EntryRecord, read_entry, restore_entry, write_entry
 from aitune_core.store.trust import ForeignEntryError, private_folder, secret
 
@@ -216,7 +217,7 @@ class ArtifactStore:
         base = self.root / STAGING
         for folder in base.iterdir() if base.is_dir() else []:
             pid = folder.name.split("-", 1)[0]
-            if not pid.isdigit() or not _alive(int(pid)):
+            if not pid.isdigit() or not pid_alive(int(pid)):
                 shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -236,16 +237,6 @@ def _fsync_tree(folder: Path) -> None:
                 os.fsync(descriptor)
             finally:
                 os.close(descriptor)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _size(folder: Path) -> int:

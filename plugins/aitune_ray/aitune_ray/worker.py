@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aitune_core.plugin_api.executors import run_payload, worker_id
+from aitune_core.plugin_api.executors import pid_alive, run_payload, worker_id
 from aitune_ray.artifacts import PackedArtifacts, pack_artifacts
 
 if TYPE_CHECKING:
@@ -52,15 +52,5 @@ def _remove_folders_of_dead_workers() -> None:
     """Build folders left by workers that died mid-candidate (a crash, a time limit) on this machine."""
     for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*-*"):
         pid = folder.name[len(FOLDER_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
