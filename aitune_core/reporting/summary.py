@@ -212,7 +212,7 @@ def _winners(report: GraphReport) -> dict[int, CandidateResult | None]:
 
 
 def _reason(candidate: CandidateResult) -> str:
-    reason = candidate.reason
+    reason = "; ".join(part for part in (candidate.note, candidate.reason) if part)
     if candidate.status == "skipped" or not is_lossy(candidate):
         return reason
     # First, so that truncating a long reason never hides that the numbers differ.
