@@ -4,18 +4,19 @@ Exporters (``torch.export``, the ONNX exporters, OpenVINO's converter) take tens
 and pytrees of the containers torch knows, in and out. A module takes whatever its
 forward takes and returns whatever it likes. :func:`example_call` makes the call an
 export traces, from the graph's recorded samples, and the :class:`IOLayout` between
-that call and flat tensors; :class:`FlatModule` is the module seen through the layout;
-:func:`flat_dynamic_shapes` the graph's ranged axes for it; :func:`export_flat` runs
-``torch.export`` on it, which is where every exporting backend starts.
+that call and flat tensors; :class:`FlatModule` is the module seen through the layout
+(:func:`flat_inputs` gives all three); :func:`flat_dynamic_shapes` gives the graph's
+ranged axes as ``torch.export`` takes them for it, so that
+``torch.export.export(adapter, tensors, dynamic_shapes=flat_dynamic_shapes(graph, layout))``
+is where an exporting backend starts.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import attrs
 import torch
 
 from aitune_core.exported.layout import IOLayout
@@ -23,9 +24,6 @@ from aitune_core.graphs.dims import export_dims
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.validation.inputs import to_device
-
-if TYPE_CHECKING:
-    from torch.export import ExportedProgram
 
 
 class OutputMismatchError(ValueError):
@@ -108,26 +106,6 @@ def flat_dynamic_shapes(graph: GraphSpec, layout: IOLayout) -> tuple[tuple[dict[
     return (tuple(dims.get(locator) for locator in layout.inputs),)
 
 
-@attrs.define(eq=False)
-class FlatExport:
-    """A graph exported flat by ``torch.export``.
-
-    program: the ``ExportedProgram`` of the :class:`FlatModule`; its inputs are
-        ``tensors``' positions, its outputs the layout's outputs, in order.
-    layout: between calls and the flat tensors.
-    arguments: the example call (normalized), on the export's device.
-    tensors: that call's flat inputs.
-    adapter: the :class:`FlatModule` that was exported, for a converter that traces
-        when the program cannot be taken.
-    """
-
-    program: ExportedProgram
-    layout: IOLayout
-    arguments: dict[str, Any]
-    tensors: tuple[torch.Tensor, ...]
-    adapter: FlatModule
-
-
 def flat_inputs(
     module: torch.nn.Module,
     graph_spec: GraphSpec,
@@ -138,27 +116,6 @@ def flat_inputs(
     """The adapter, its example inputs, the example call and the layout: what any exporter of the graph takes."""
     arguments, layout = example_call(module, graph_spec, samples, signature, device)
     return FlatModule(module, layout, arguments, signature), tuple(layout.flatten(arguments)), arguments, layout
-
-
-def export_flat(
-    module: torch.nn.Module,
-    graph_spec: GraphSpec,
-    samples: Sequence[Sample],
-    signature: ForwardSignature,
-    device: torch.device | str | None = None,
-    strict: bool = False,
-) -> FlatExport:
-    """``torch.export`` of one graph of ``module``, flat, with the graph's batch and dynamic axes as dims.
-
-    The module's modes are kept as they were (see :func:`modes_kept`). Raises what
-    ``torch.export`` raises when the graph cannot be exported.
-    """
-    adapter, tensors, arguments, layout = flat_inputs(module, graph_spec, samples, signature, device)
-    with torch.no_grad(), modes_kept(module):
-        program = torch.export.export(
-            adapter, tensors, dynamic_shapes=flat_dynamic_shapes(graph_spec, layout), strict=strict
-        )
-    return FlatExport(program, layout, arguments, tensors, adapter)
 
 
 @contextlib.contextmanager

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from aitune_core.exported.base import ExportedGraphBackend
 from aitune_core.exported.flat import (
-    FlatExport,
     FlatModule,
     OutputMismatchError,
     example_call,
-    export_flat,
     flat_dynamic_shapes,
     flat_inputs,
     modes_kept,
@@ -34,14 +32,12 @@ from aitune_core.exported.names import io_names, sanitize, unique_names
 __all__ = [
     "ConstantMismatchError",
     "ExportedGraphBackend",
-    "FlatExport",
     "FlatModule",
     "IOLayout",
     "LayoutNotSerializable",
     "OutputMismatchError",
     "check_layout_fits_graph",
     "example_call",
-    "export_flat",
     "flat_dynamic_shapes",
     "flat_inputs",
     "io_names",
