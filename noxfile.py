@@ -187,7 +187,7 @@ def tests_all(session: nox.Session) -> None:
         pytest(session, "--import-mode=importlib", PLUGINS[name].path)
 
 
-MODELS_PLUGINS = ["transformers", "inductor", "onnx"]
+MODELS_PLUGINS = ["transformers", "inductor", "onnx", "openvino"]
 
 
 @nox.session
