@@ -91,11 +91,12 @@ def _raw_aoti(model: torch.nn.Module, example: torch.Tensor, high: int, folder: 
 
 def bench_model(name: str, sizes: list[int], threads: int, rounds: int, folder: Path) -> dict[str, Any]:
     """One demo model: deployed by hand three ways and tuned by aitune, then timed at each of ``sizes``."""
-    import aitune_core as ait
-    from aitune_core.demo.models import build_demo
     from aitune_inductor import TorchInductorAotBackend
     from aitune_onnx import ONNXRuntimeBackend
     from aitune_openvino import OpenVINOBackend
+
+    import aitune_core as ait
+    from aitune_core.demo.models import build_demo
 
     model, samples = build_demo(name)
     high = max(sizes)

@@ -69,9 +69,11 @@ class TinyCNN(torch.nn.Module):
         )
         self.head = torch.nn.Linear(16 * 4 * 4, classes)
         with torch.no_grad():
-            for norm in (self.features[1], self.features[5]):
-                norm.running_mean.uniform_(-0.5, 0.5)
-                norm.running_var.uniform_(0.5, 2.0)
+            for norm in self.features:
+                if isinstance(norm, torch.nn.BatchNorm2d):
+                    assert norm.running_mean is not None and norm.running_var is not None
+                    norm.running_mean.uniform_(-0.5, 0.5)
+                    norm.running_var.uniform_(0.5, 2.0)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(images).flatten(1))

@@ -42,7 +42,10 @@ def dynamic_dim_name(input_name: str, axis: int) -> str:
 
 
 def dynamo_shapes(graph: GraphSpec, layout: IOLayout) -> tuple[tuple[dict[int, Any] | None, ...]]:
-    """``dynamic_shapes`` for exporting the flat adapter (see :func:`aitune_core.plugin_api.exported.flat_dynamic_shapes`)."""
+    """``dynamic_shapes`` for exporting the flat adapter.
+
+    See :func:`aitune_core.plugin_api.exported.flat_dynamic_shapes`.
+    """
     return flat_dynamic_shapes(graph, layout)
 
 

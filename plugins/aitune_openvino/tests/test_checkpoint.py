@@ -98,7 +98,7 @@ def test_the_checkpoint_holds_the_ir_with_float32_weights(tuned_encoder: tuple[P
 
 
 def test_a_fresh_process_loads_it_without_converting_and_answers_identically(tuned_encoder: tuple[Path, Path]) -> None:
-    """Other weights in the model, convert_model and torch.export made to raise: the outputs are bit for bit the same."""
+    """Other weights in the model, convert_model and torch.export made to raise: outputs bit for bit the same."""
     checkpoint, expected = tuned_encoder
     completed = subprocess.run(
         [sys.executable, "-c", CHILD, str(checkpoint), str(expected)],

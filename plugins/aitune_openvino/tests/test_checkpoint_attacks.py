@@ -62,7 +62,7 @@ def test_an_oversized_ir_graph_is_refused_before_openvino_reads_it(
     entry = _backend_entry(_manifest(saved.path))
     size = (saved.path / entry["artifacts"]["ir_xml"]["path"]).stat().st_size
     monkeypatch.setattr(backend_module, "MAX_XML_BYTES", size - 1)
-    with pytest.raises((ait.CheckpointError, ValueError), match="refusing IR graph model.xml"):
+    with pytest.raises((ait.CheckpointError, ValueError), match=r"refusing IR graph model\.xml"):
         ait.load(build_model(), saved.path)
     monkeypatch.setattr(backend_module, "MAX_XML_BYTES", size)
     loaded = ait.load(build_model(), saved.path)
