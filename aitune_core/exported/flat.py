@@ -113,9 +113,16 @@ def flat_inputs(
     signature: ForwardSignature,
     device: torch.device | str | None = None,
 ) -> tuple[FlatModule, tuple[torch.Tensor, ...], dict[str, Any], IOLayout]:
-    """The adapter, its example inputs, the example call and the layout: what any exporter of the graph takes."""
+    """The adapter, its example inputs, the example call and the layout: what any exporter of the graph takes.
+
+    The example inputs own their memory. Resizing a sample to the opt shapes slices it,
+    and ``torch.export`` guards on a view's base (``tensors_0._base.size()[1] != ...``):
+    a program exported from views fails when it is traced again on fresh inputs, which
+    is what ``run_decompositions`` does (OpenVINO's converter calls it).
+    """
     arguments, layout = example_call(module, graph_spec, samples, signature, device)
-    return FlatModule(module, layout, arguments, signature), tuple(layout.flatten(arguments)), arguments, layout
+    tensors = tuple(tensor.clone() if tensor._base is not None else tensor for tensor in layout.flatten(arguments))
+    return FlatModule(module, layout, arguments, signature), tensors, arguments, layout
 
 
 @contextlib.contextmanager

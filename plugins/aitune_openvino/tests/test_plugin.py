@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-import aitune_core
 from aitune_core.testing.child_process import run_python
+from aitune_core.testing.engine import PluginStatus, default_candidates, get_backend_class
 from aitune_core.testing.packaging import installed_entry_points, pyproject
 from aitune_openvino import OpenVINOBackend
 from aitune_openvino.availability import precision_availability
@@ -26,13 +26,13 @@ def registry(aitune_fake_dist: Any, aitune_isolated_plugins: Any) -> Any:
 def test_registers_the_backend(registry: Any) -> None:
     (record,) = [r for r in registry.records() if r.distribution == "aitune-openvino"]
     assert record.name == "openvino" and record.backends == ("openvino",)
-    assert record.status.value == "loaded", record.reason
-    assert aitune_core.plugins.get_backend_class("openvino") is OpenVINOBackend
+    assert record.status is PluginStatus.LOADED, record.reason
+    assert get_backend_class("openvino") is OpenVINOBackend
 
 
 def test_default_candidates_on_cpu(registry: Any) -> None:
     """The lossless config first; bf16 after it, lossy, available only where the CPU computes bf16."""
-    candidates = aitune_core.plugins.default_candidates("cpu")
+    candidates = default_candidates("cpu")
     assert [(c.name, c.priority) for c in candidates] == [
         ("openvino", PRIORITY),
         ("openvino", BF16_PRIORITY),
@@ -46,7 +46,7 @@ def test_default_candidates_on_cpu(registry: Any) -> None:
 
 def test_no_candidate_off_the_cpu(registry: Any) -> None:
     for device in ("cuda", "meta"):
-        assert [c.name for c in aitune_core.plugins.default_candidates(device)] == ["eager"]
+        assert [c.name for c in default_candidates(device)] == ["eager"]
     assert "runs on cpu, not cuda" in OpenVINOBackend.availability("cuda").reason
 
 
