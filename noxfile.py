@@ -193,7 +193,7 @@ def tests_all(session: nox.Session) -> None:
         pytest(session, "--import-mode=importlib", PLUGINS[name].path, *TOGETHER_MARKS)
 
 
-MODELS_PLUGINS = ["transformers", "inductor", "onnx"]
+MODELS_PLUGINS = ["transformers", "inductor", "onnx", "openvino"]
 
 
 @nox.session

@@ -175,6 +175,11 @@ def add_new_plugin_command(subparsers: Subparsers) -> None:
     parser = add_command(subparsers, "new-plugin", run_new_plugin, summary)
     parser.add_argument("name", metavar="NAME", help="distribution name, e.g. aitune-mycompiler")
     parser.add_argument("--path", default=".", help="the folder to write NAME/ into (default: the current folder)")
+    parser.add_argument(
+        "--class-name",
+        metavar="PREFIX",
+        help="the class names' prefix, e.g. OpenVINO for OpenVINOBackend (default: the backend name in CamelCase)",
+    )
 
 
 def run_new_plugin(args: argparse.Namespace) -> int:
@@ -182,12 +187,13 @@ def run_new_plugin(args: argparse.Namespace) -> int:
     that runs a copy of the module (with TODO markers where the compiler goes), the plugin module, a
     conformance test, a README and a noxfile that tests it against a chosen aitune-core. NAME is the
     distribution name and the folder (lowercase letters, digits and dashes); the package is NAME with
-    dashes as underscores, and the backend is named after the package, without a leading 'aitune_'.
+    dashes as underscores, and the backend is named after the package, without a leading 'aitune_'. The
+    classes are the backend name in CamelCase plus Backend and Config, or PREFIX plus those with --class-name.
     """
     from aitune_core.authoring import new_plugin  # a tool, loaded by its command only
 
     try:
-        names, target, _ = new_plugin.write_plugin(args.name, args.path)
+        names, target, _ = new_plugin.write_plugin(args.name, args.path, args.class_name)
     except new_plugin.NewPluginError as error:
         print(f"aitune new-plugin: {error}", file=sys.stderr)
         return 2

@@ -21,6 +21,7 @@ SUITES: dict[str, str] = {
     "checkpoint": "bench.checkpoint",
     "executors": "bench.executors",
     "onnx": "bench.onnx",
+    "openvino": "bench.openvino",
     "torchao": "bench.torchao",
     "tuning": "bench.tuning",
     "selection": "bench.selection",

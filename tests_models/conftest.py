@@ -1,7 +1,7 @@
 """The models matrix: real timm and transformers architectures, tuned end to end.
 
-Needs timm, transformers, aitune-transformers, aitune-inductor and aitune-onnx
-installed (``python3 -m nox -s tests_models`` installs them). Enables aitune's pytest
+Needs timm, transformers, aitune-transformers, aitune-inductor, aitune-onnx and
+aitune-openvino installed (``python3 -m nox -s tests_models`` installs them). Enables aitune's pytest
 plugin, and sets a scripted timer for the whole run, so which candidate serves never
 depends on how busy the machine is: every candidate that passes validation measures
 twice as fast as eager.

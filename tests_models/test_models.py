@@ -30,15 +30,24 @@ HERE = Path(__file__).resolve().parent
 # One short profile per candidate: the scripted timer decides, the measuring only has to run.
 FAST_PROFILE = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.005, max_time_s=0.03, max_batch_search=False)
 
-BACKENDS = {"inductor_jit": "TorchInductorJitBackend", "onnxruntime": "ONNXRuntimeBackend"}
+BACKENDS = {
+    "inductor_jit": "TorchInductorJitBackend",
+    "onnxruntime": "ONNXRuntimeBackend",
+    "openvino": "OpenVINOBackend",
+}
 
 # Every case on Inductor JIT and on ONNX Runtime, but GPT-2 with its cache, which ONNX
-# Runtime cannot serve yet (test_gpt2_cache_on_onnxruntime below says why).
+# Runtime cannot serve yet (test_gpt2_cache_on_onnxruntime below says why); a CNN and
+# an encoder on OpenVINO, whose default config is lossless, so the cases' tolerances hold.
 MATRIX = [
-    (case, backend)
-    for case in CASES
-    for backend in ("inductor_jit", "onnxruntime")
-    if (case, backend) != ("gpt2_greedy_cache", "onnxruntime")
+    *(
+        (case, backend)
+        for case in CASES
+        for backend in ("inductor_jit", "onnxruntime")
+        if (case, backend) != ("gpt2_greedy_cache", "onnxruntime")
+    ),
+    ("timm_resnet18", "openvino"),
+    ("bert_tiny", "openvino"),
 ]
 
 
@@ -47,6 +56,10 @@ def make_backend(name: str) -> ait.Backend:
         from aitune_inductor import TorchInductorJitBackend
 
         return TorchInductorJitBackend()
+    if name == "openvino":
+        from aitune_openvino import OpenVINOBackend
+
+        return OpenVINOBackend()
     from aitune_onnx import ONNXRuntimeBackend
 
     return ONNXRuntimeBackend()

@@ -12,6 +12,10 @@ without a leading ``aitune_``, since inside aitune the prefix says nothing::
     demo-x         distribution demo-x,         package demo_x,         backend demo_x
     aitune-demo-x  distribution aitune-demo-x,  package aitune_demo_x,  backend demo_x
 
+The class names are the backend name in CamelCase (``DemoXBackend``, ``DemoXConfig``),
+unless the author gives the prefix (``--class-name OpenVINO`` for a product whose name
+has its own capitals).
+
 The project's files are :class:`string.Template` texts under ``template/`` (package
 data): placeholders such as ``$package`` and ``${cls}`` are filled in by :func:`render`,
 and a literal dollar sign is ``$$``. Only the standard library and aitune-core's
@@ -35,6 +39,7 @@ from pathlib import Path
 from aitune_core._version import __version__
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+CLASS_PATTERN = re.compile(r"[A-Z][A-Za-z0-9]*")
 MAX_NAME_LENGTH = 40
 """Longer names would push the generated code past its 120-character lines."""
 CORE_DISTRIBUTION = "aitune-core"
@@ -60,10 +65,10 @@ class PluginNames:
     """The class-name prefix: ``DemoX`` for ``DemoXBackend`` and ``DemoXConfig``."""
 
     @classmethod
-    def from_name(cls, name: str) -> PluginNames:
+    def from_name(cls, name: str, class_name: str | None = None) -> PluginNames:
         package = name.replace("-", "_")
         plugin = package.removeprefix("aitune_") or package
-        prefix = "".join(part[:1].upper() + part[1:] for part in plugin.split("_"))
+        prefix = class_name or "".join(part[:1].upper() + part[1:] for part in plugin.split("_"))
         return cls(distribution=name, package=package, plugin=plugin, cls=prefix)
 
 
@@ -74,8 +79,15 @@ def suggest(name: str) -> str:
     return text if NAME_PATTERN.fullmatch(text) else ""
 
 
-def check_name(name: str) -> PluginNames:
-    """The names for ``name``, or a :class:`NewPluginError` that says how to fix it."""
+def check_name(name: str, class_name: str | None = None) -> PluginNames:
+    """The names for ``name`` and the class-name prefix, or a :class:`NewPluginError` that says how to fix it."""
+    if class_name is not None and (
+        not CLASS_PATTERN.fullmatch(class_name) or class_name.endswith(("Backend", "Config"))
+    ):
+        raise NewPluginError(
+            f"{class_name!r} is not a class-name prefix: use letters and digits starting with a capital, without "
+            "'Backend' or 'Config' at the end (they are added), e.g. 'OpenVINO' for OpenVINOBackend and OpenVINOConfig"
+        )
     if not NAME_PATTERN.fullmatch(name):
         close = suggest(name)
         hint = f", e.g. {close!r}" if close and close != name else ""
@@ -85,7 +97,7 @@ def check_name(name: str) -> PluginNames:
         )
     if len(name) > MAX_NAME_LENGTH:
         raise NewPluginError(f"{name!r} is {len(name)} characters long; use at most {MAX_NAME_LENGTH}")
-    names = PluginNames.from_name(name)
+    names = PluginNames.from_name(name, class_name)
     if name in RESERVED_NAMES or names.plugin in RESERVED_BACKENDS:
         raise NewPluginError(f"{name!r} is taken by aitune itself; choose another name, e.g. '{name}-backend'")
     if keyword.iskeyword(names.package) or not names.package.isidentifier():
@@ -190,9 +202,15 @@ def check_target(target: Path) -> None:
         )
 
 
-def write_plugin(name: str, path: str | Path = ".") -> tuple[PluginNames, Path, list[Path]]:
-    """Write the project for ``name`` into ``path/name``; returns its names, folder and files."""
-    names = check_name(name)
+def write_plugin(
+    name: str, path: str | Path = ".", class_name: str | None = None
+) -> tuple[PluginNames, Path, list[Path]]:
+    """Write the project for ``name`` into ``path/name``; returns its names, folder and files.
+
+    class_name: the prefix of the backend's and config's class names, when the backend
+    name's CamelCase is not the right spelling (``OpenVINO``, not ``Openvino``).
+    """
+    names = check_name(name, class_name)
     target = Path(path).expanduser().resolve() / name
     check_target(target)
     files = render(names, checkout=source_checkout(), torch_version=torch_seen())

@@ -113,6 +113,9 @@ class Backend(abc.ABC):
         self._state = BackendState.INIT
         self.context: BuildContext | None = None
         self.build_info: dict[str, Any] = {}
+        self.build_note: str = ""
+        """One short line for this candidate's row in the tuning summary, set while building:
+        how the build went where that is not what the config asked for (a fallback it took)."""
 
     # ------------------------------------------------------------------ identity
     @property

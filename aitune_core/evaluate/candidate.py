@@ -55,6 +55,7 @@ def build_candidate(session: GraphSession, blueprint: Backend, result: Candidate
         raise
     finally:
         result.build_s = time.perf_counter() - start
+        result.note = backend.build_note
         _keep_chatter(session, result, chatter, context.cache_dir / BUILD_LOG)
     session.log.info(
         "build finished",

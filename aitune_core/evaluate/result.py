@@ -25,6 +25,8 @@ class CandidateResult:
     status: Status
     stage: str = ""
     reason: str = ""
+    note: str = ""
+    """What the backend said about its build (``Backend.build_note``): a fallback it took."""
     key: str = ""
     build_s: float = 0.0
     validate_s: float = 0.0

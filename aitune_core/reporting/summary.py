@@ -228,7 +228,7 @@ REUSED_NOTE = "reused"
 
 
 def _reason(candidate: CandidateResult) -> str:
-    reason = candidate.reason
+    reason = "; ".join(part for part in (candidate.note, candidate.reason) if part)
     if candidate.reused:
         reason = f"{REUSED_NOTE}; {reason}" if reason else REUSED_NOTE
     if candidate.status == "skipped" or not is_lossy(candidate):

@@ -28,7 +28,9 @@ imported, so failures show the compared values whichever way the package is load
 
 import pytest
 
-pytest.register_assert_rewrite("aitune_core.testing.conformance", "aitune_core.testing.fixtures")
+pytest.register_assert_rewrite(
+    "aitune_core.testing.conformance", "aitune_core.testing.fixtures", "aitune_core.testing.outputs"
+)
 
 from aitune_core.testing.conformance import BackendConformance, ConformanceRun  # noqa: E402
 from aitune_core.testing.fake_dists import FakeDist, write_fake_dist  # noqa: E402

@@ -46,6 +46,7 @@ from aitune_core.context import BATCH_SIZE_KEY, global_context
 from aitune_core.guard import ModuleChangedError, ModuleGuard
 from aitune_core.metadata.sample_metadata import ShapeChoice
 from aitune_core.module.wrapper import Module
+from aitune_core.testing.outputs import assert_outputs_close
 from aitune_core.validation.inputs import to_device
 
 STEPS = ("build", "activate", "deactivate", "deploy")
@@ -234,9 +235,7 @@ class BackendConformance:
             with torch.no_grad():
                 expected = run.model(*args, **kwargs)
                 actual = backend(*args, **kwargs)
-            torch.testing.assert_close(
-                actual, expected, rtol=self.rtol, atol=self.atol, msg=lambda m: f"{which} shapes: {m}"
-            )
+            assert_outputs_close(actual, expected, self.rtol, self.atol, f"{which} shapes")
 
     def call_once(self, run: ConformanceRun, backend: Backend) -> None:
         """Call ``backend`` on the first graph's first recorded sample."""

@@ -1,7 +1,8 @@
 """Tiny models for testing backends, each with the calls it is recorded with.
 
 Each model stands for one thing a backend must handle: plain layers (:class:`TinyMLP`,
-and :class:`SmallMLP`, wide enough for quantized kernels to matter), a dynamic axis
+and :class:`SmallMLP`, wide enough for quantized kernels to matter), convolutions with
+batch norm and pooling on images (:class:`TinyCNN`), a dynamic axis
 beside the batch axis (:class:`Tagger`, :class:`KeywordsAndDynamicAxis`), nested
 containers in and out with a non-tensor argument (:class:`Nested`), and an output whose
 size depends on the data (:class:`Positive`). A ``*_call(batch)`` function gives one
@@ -45,6 +46,41 @@ class SmallMLP(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(self.act(self.up(x)))
+
+
+class TinyCNN(torch.nn.Module):
+    """Two conv blocks (convolution, batch norm, ReLU, max pooling) and a linear head, on 16x16 RGB images.
+
+    Its batch norm has running statistics that are not the identity, so a backend that
+    folds it into the convolution, or drops it, shows in the outputs.
+    """
+
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        self.features = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(8, 16, 3, padding=1),
+            torch.nn.BatchNorm2d(16),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+        )
+        self.head = torch.nn.Linear(16 * 4 * 4, classes)
+        with torch.no_grad():
+            for norm in self.features:
+                if isinstance(norm, torch.nn.BatchNorm2d):
+                    assert norm.running_mean is not None and norm.running_var is not None
+                    norm.running_mean.uniform_(-0.5, 0.5)
+                    norm.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(images).flatten(1))
+
+
+def cnn_call(batch: int) -> Call:
+    return (torch.randn(batch, 3, 16, 16),), {}
 
 
 class Tagger(torch.nn.Module):

@@ -55,6 +55,19 @@ def test_names_follow_one_rule() -> None:
     assert PluginNames.from_name("demo-x") == PluginNames("demo-x", "demo_x", "demo_x", "DemoX")
     assert PluginNames.from_name("aitune-demo-x") == PluginNames("aitune-demo-x", "aitune_demo_x", "demo_x", "DemoX")
     assert PluginNames.from_name("x2") == PluginNames("x2", "x2", "x2", "X2")
+    assert PluginNames.from_name("aitune-ov", "OpenVINO") == PluginNames("aitune-ov", "aitune_ov", "ov", "OpenVINO")
+
+
+def test_the_class_name_prefix_is_the_authors_to_choose(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A product name with its own capitals: OpenVINOBackend, not the CamelCase OpenvinoBackend."""
+    assert main(["new-plugin", "demo-ov", "--path", str(tmp_path), "--class-name", "OpenVINO"]) == 0
+    assert "demo_ov.OpenVINOBackend" in capsys.readouterr().out
+    backend = (tmp_path / "demo-ov" / "demo_ov" / "backend.py").read_text()
+    assert "class OpenVINOBackend(Backend):" in backend and "class OpenVINOConfig(BackendConfig):" in backend
+    assert "Openvino" not in "".join(path.read_text() for path in (tmp_path / "demo-ov").rglob("*.py"))
+    for prefix in ("openVINO", "Open-VINO", "OpenVINOBackend", "2Fast"):
+        with pytest.raises(NewPluginError, match="is not a class-name prefix"):
+            check_name("demo-ov", prefix)
 
 
 def test_writes_an_installable_project(project: Path) -> None:

@@ -38,3 +38,23 @@ class TestEagerConformanceWithKeywordsAndDynamicAxis(BackendConformance):
 
     def make_backend(self) -> TorchEagerBackend:
         return TorchEagerBackend()
+
+
+class TestEagerConformanceWithNestedOutputs(BackendConformance):
+    """The testing kit's own Nested model: a string beside the tensors in its output, a flag baked in."""
+
+    batch_sizes = (2, 3)
+
+    def make_model(self) -> torch.nn.Module:
+        from aitune_core.testing.models import Nested
+
+        return Nested().eval()
+
+    def make_inputs(self, batch_size: int) -> dict[str, object]:
+        from aitune_core.testing.models import nested_call
+
+        args, kwargs = nested_call(batch_size)
+        return {"values": args[0], **kwargs}
+
+    def make_backend(self) -> TorchEagerBackend:
+        return TorchEagerBackend()

@@ -45,3 +45,25 @@ def test_build_chatter_goes_to_the_build_log_with_one_console_line(
     text = Path(kept[0]["log"]).read_text()
     assert "ERROR torch._guards: Error while creating guard: recovered" in text
     assert "FutureWarning: an argument of the exporter is deprecated" in text
+
+
+class FallbackBackend(NoDelayBackend):
+    """Builds by its second route, and says so, as an exporter that falls back to tracing does."""
+
+    name = "test_fallback_note"
+
+    def _build(self, context: Any) -> None:
+        super()._build(context)
+        self.build_note = "converted by tracing: export failed"
+
+
+def test_a_build_note_is_shown_in_the_candidates_row(unique_name, tmp_path: Path):
+    config.cache_dir = tmp_path / "cache"
+    module = ait.Module(SlowableMLP().eval(), unique_name())
+    strategy = FirstWinsStrategy([FallbackBackend()], profile=FAST_PROFILE)
+    report = ait.tune(module, [torch.randn(16) for _ in range(4)], batch_sizes=[1, 2], strategy=strategy)
+    (row,) = [c for c in report.graphs[0].candidates if c.backend.startswith("FallbackBackend")]
+    assert row.note == "converted by tracing: export failed"
+    (line,) = [r for r in report.rows() if r[2] == row.backend]
+    assert line[-1].startswith("converted by tracing: export failed")
+    assert "converted by tracing" in report.summary()

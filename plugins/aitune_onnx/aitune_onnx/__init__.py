@@ -11,12 +11,11 @@ Importing this package imports neither onnx, onnxscript nor onnxruntime; they ar
 imported when a graph is exported or a session created.
 """
 
+from aitune_core.plugin_api.exported import IOLayout, sanitize
 from aitune_onnx._version import __version__
 from aitune_onnx.backend import ONNXRuntimeBackend
 from aitune_onnx.config import ONNXRuntimeBackendConfig
 from aitune_onnx.export import ExportConfig, ExportedModel, ExportError, export_graph
-from aitune_onnx.layout import IOLayout
-from aitune_onnx.names import sanitize
 
 __all__ = [
     "ExportConfig",

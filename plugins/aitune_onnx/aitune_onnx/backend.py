@@ -21,12 +21,12 @@ from typing import Any
 
 import torch
 
-from aitune_core.plugin_api import Availability, BuildContext, GraphSpec
+from aitune_core.plugin_api import Availability, BuildContext
+from aitune_core.plugin_api.exported import IOLayout, check_layout_fits_graph
 from aitune_onnx.config import ONNXRuntimeBackendConfig
 from aitune_onnx.export import data_file_name
 from aitune_onnx.export_cache import link_or_copy
-from aitune_onnx.exported_graph import ExportedGraphBackend
-from aitune_onnx.layout import IOLayout
+from aitune_onnx.exported_graph import ONNXExportedGraphBackend
 from aitune_onnx.session import PROVIDER_DEVICES, OrtRunner, default_provider, provider_availability
 
 _FALSE_TEXT = ("0", "false", "False")
@@ -63,7 +63,7 @@ class _ConfiguredAvailability:
         return availability
 
 
-class ONNXRuntimeBackend(ExportedGraphBackend):
+class ONNXRuntimeBackend(ONNXExportedGraphBackend):
     """The graph exported with its dims (see :func:`aitune_onnx.export.export_graph`), run by ONNX Runtime."""
 
     name = "onnxruntime"
@@ -218,9 +218,8 @@ class ONNXRuntimeBackend(ExportedGraphBackend):
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         layout = self._layout
         runner = self._runner
-        assert layout is not None and runner is not None and self._signature is not None
-        tensors = layout.flatten(self._signature.normalize(args, kwargs))
-        return layout.rebuild(runner.run(tensors))
+        assert layout is not None and runner is not None
+        return layout.rebuild(runner.run(self._flatten_call(args, kwargs)))
 
 
 def plain_file_name(key: str, value: Any) -> str:
@@ -264,19 +263,4 @@ def check_layout_names(owner: str, layout: IOLayout, session: Any) -> None:
             f"{owner}: the stored input/output layout does not fit the ONNX model (model inputs it does not feed: "
             f"{not_fed}; outputs the model does not have: {unknown}); export the model again, or restore the "
             "checkpoint's manifest"
-        )
-
-
-def check_layout_fits_graph(owner: str, layout: IOLayout, graph: GraphSpec) -> None:
-    """The layout must read the graph's own tensor inputs, and only those.
-
-    The graph spec was checked against the stored samples when loading; a layout edited
-    apart from it would fail at the first call instead of when loading.
-    """
-    expected = {locator.display_path for locator, _ in graph.input_spec.tensor_data}
-    found = {locator.display_path for locator in layout.inputs}
-    if found != expected:
-        raise ValueError(
-            f"{owner}: the stored input layout reads {sorted(found)}, but graph {graph.name} takes tensors at "
-            f"{sorted(expected)}; export the model again, or restore the checkpoint's manifest"
         )

@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from aitune_core.plugin_api import BATCH_DIM, GraphSpec, export_dims, varying_batch_range
-from aitune_onnx.layout import IOLayout
+from aitune_core.plugin_api import BATCH_DIM, GraphSpec, varying_batch_range
+from aitune_core.plugin_api.exported import IOLayout, flat_dynamic_shapes
 
 if TYPE_CHECKING:
     import onnx
@@ -42,13 +42,11 @@ def dynamic_dim_name(input_name: str, axis: int) -> str:
 
 
 def dynamo_shapes(graph: GraphSpec, layout: IOLayout) -> tuple[tuple[dict[int, Any] | None, ...]]:
-    """``dynamic_shapes`` for exporting the flat adapter, whose forward is ``forward(*tensors)``.
+    """``dynamic_shapes`` for exporting the flat adapter.
 
-    The adapter's only parameter is ``*tensors``, so the spec is a one-element tuple
-    holding one entry per ONNX input: a dict ``axis -> dim``, or None for a static tensor.
+    See :func:`aitune_core.plugin_api.exported.flat_dynamic_shapes`.
     """
-    dims = export_dims(graph)
-    return (tuple(dims.get(locator) for locator in layout.inputs),)
+    return flat_dynamic_shapes(graph, layout)
 
 
 def torchscript_axes(graph: GraphSpec, layout: IOLayout) -> dict[str, dict[int, str]]:

@@ -6,7 +6,7 @@ file (plus one external data file for large models) whose inputs and outputs are
 graph's tensors, flat, named after their access paths (see :mod:`.names`), with the
 graph's batch and dynamic axes symbolic (see :mod:`.dims`). The returned
 :class:`ExportedModel` says what the file holds: names, symbolic axes, which exporter
-produced it, and the :class:`~aitune_onnx.layout.IOLayout` that turns a call into the
+produced it, and the :class:`~aitune_core.plugin_api.exported.IOLayout` that turns a call into the
 model's inputs and its outputs back into what the module returns.
 
 The dynamo exporter (``torch.onnx.export(..., dynamo=True)``) is the default. The
@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import torch
 
-from aitune_core.plugin_api import ForwardSignature, GraphSpec, Sample, to_device
+from aitune_core.plugin_api import ForwardSignature, GraphSpec, Sample
+from aitune_core.plugin_api.exported import FlatModule, IOLayout, OutputMismatchError, modes_kept
+from aitune_core.plugin_api.exported import example_call as _example_call
 from aitune_onnx import dims
-from aitune_onnx.layout import IOLayout
 
 if TYPE_CHECKING:
     import onnx
@@ -162,35 +163,6 @@ class ExportError(RuntimeError):
         self.unsupported_op = unsupported_op
 
 
-class FlatModule(torch.nn.Module):
-    """The module as the exporters see it: flat tensors in, flat tensors out.
-
-    Exporters only take tensors (and pytrees of the containers torch knows), in and
-    out. This adapter puts the flat inputs back into the recorded call's structure,
-    with its non-tensor values as constants, calls the module, and returns the output
-    tensors in layout order, so that any structure aitune can record can be exported.
-
-    It takes the mode of the module it wraps. A new ``nn.Module`` starts in training
-    mode, and exporters put the mode they found back recursively when they finish
-    (``model.train(original)``): an adapter left in training mode would switch the
-    user's module, and its Dropout, to training for every later eager call.
-    """
-
-    def __init__(
-        self, module: torch.nn.Module, layout: IOLayout, arguments: dict[str, Any], signature: ForwardSignature
-    ) -> None:
-        super().__init__()
-        self.training = module.training  # not .train(): that would also set every submodule of the user's module
-        self.module = module
-        self._layout = layout
-        self._arguments = arguments
-        self._signature = signature
-
-    def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        args, kwargs = self._signature.bind(self._layout.unflatten(self._arguments, tensors))
-        return self._layout.flat_outputs(self.module(*args, **kwargs))
-
-
 # ---------------------------------------------------------------------- the export
 def export_graph(
     module: torch.nn.Module,
@@ -226,7 +198,7 @@ def export_graph(
     for exporter in order:
         _remove_outputs(path)
         try:
-            with torch.no_grad(), _quiet(), _modes_kept(module):
+            with torch.no_grad(), _quiet(), modes_kept(module):
                 _run_exporter(exporter, adapter, tensors, graph_spec, layout, path, config)
         except Exception as error:
             message, op = describe_failure(exporter, error)
@@ -256,45 +228,14 @@ def example_call(
     signature: ForwardSignature,
     device: torch.device | str | None = None,
 ) -> tuple[dict[str, Any], IOLayout]:
-    """The call an export traces, on ``device``, and the layout of what the module returns for it.
+    """The call an export traces and its layout (see :func:`aitune_core.plugin_api.exported.example_call`).
 
-    The module runs once in eager mode: the layout comes from its outputs, which must be
-    the tensors the graph recorded.
+    A module that returns other tensors than the graph recorded raises :class:`ExportError`.
     """
-    if not samples:
-        raise ValueError(f"graph {graph_spec.name} has no recorded sample to export with")
-    device = torch.device(device) if device is not None else _module_device(module)
-    arguments = to_device(graph_spec.input_spec.make_shape(samples[0].arguments, "opt"), device)
-    args, kwargs = signature.bind(arguments)
-    with torch.no_grad():
-        outputs = module(*args, **kwargs)
-    layout = IOLayout.of_call(arguments, outputs, signature)
-    recorded = [locator.display_path for locator in graph_spec.output_spec.locators]
-    found = [locator.display_path for locator in layout.outputs]
-    if recorded and recorded != found:
-        raise ExportError(f"the module returned tensors at {found}, but the graph recorded {recorded}")
-    return arguments, layout
-
-
-def _module_device(module: torch.nn.Module) -> torch.device:
-    for tensor in (*module.parameters(), *module.buffers()):
-        return tensor.device
-    return torch.device("cpu")
-
-
-@contextlib.contextmanager
-def _modes_kept(module: torch.nn.Module) -> Iterator[None]:
-    """Every submodule's training flag as it was, after an exporter that sets modes recursively.
-
-    The TorchScript exporter sets the whole module to eval for the export and then back
-    to the root's mode, which would also flip a submodule the user keeps in another mode.
-    """
-    modes = [(submodule, submodule.training) for submodule in module.modules()]
     try:
-        yield
-    finally:
-        for submodule, training in modes:
-            submodule.training = training
+        return _example_call(module, graph_spec, samples, signature, device)
+    except OutputMismatchError as error:
+        raise ExportError(str(error)) from error
 
 
 @contextlib.contextmanager

@@ -38,9 +38,9 @@ from typing import Any
 import torch
 
 from aitune_core.plugin_api import BUILDS, ForwardSignature, GraphSpec, Sample, get_logger
+from aitune_core.plugin_api.exported import IOLayout
 from aitune_onnx.export import ExportConfig, ExportedModel, data_file_name, example_call, export_graph
 from aitune_onnx.export_key import KEY_FORMAT, export_key
-from aitune_onnx.layout import IOLayout
 
 EXPORTS = "exports"
 RECORD_FILE = "entry.json"

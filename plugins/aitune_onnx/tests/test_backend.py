@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from aitune_core.plugin_api import BackendState, BuildContext, walk_outputs
+from aitune_core.plugin_api.exported import ConstantMismatchError
 from aitune_core.testing.recording import at_shape
 from aitune_onnx import ONNXRuntimeBackend
-from aitune_onnx.layout import ConstantMismatchError
 
 pytestmark = pytest.mark.slow
 

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 
 from aitune_core.plugin_api import Availability, BuildContext, GraphSpec, Locator, Tolerances, dtype_from_str
+from aitune_core.plugin_api.exported import IOLayout
 from aitune_onnx.export import ExportedModel
-from aitune_onnx.exported_graph import ExportedGraphBackend
-from aitune_onnx.layout import IOLayout
+from aitune_onnx.exported_graph import ONNXExportedGraphBackend
 from aitune_trt.availability import tensorrt_availability
 from aitune_trt.config import TensorRTBackendConfig
 from aitune_trt.options import BuildOptions, BuildResult
@@ -43,7 +43,7 @@ PROFILES_FILE = "profiles.json"
 TIMING_CACHE_FILE = "timing.cache"
 
 
-class TensorRTBackend(ExportedGraphBackend):
+class TensorRTBackend(ONNXExportedGraphBackend):
     """One graph as a TensorRT engine with an optimization profile per shape range it serves."""
 
     name = "tensorrt"

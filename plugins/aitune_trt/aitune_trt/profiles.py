@@ -34,7 +34,7 @@ import attrs
 import cattrs
 
 from aitune_core.plugin_api import GraphSpec, Sample, TensorSpec
-from aitune_onnx.names import unique_names
+from aitune_core.plugin_api.exported import unique_names
 
 PROFILE_SOURCES = ("graph", "samples", "config")
 PROFILES_FORMAT = 1

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import torch
 
 from aitune_core.plugin_api import ForwardSignature
-from aitune_onnx.layout import IOLayout
+from aitune_core.plugin_api.exported import IOLayout
 from aitune_trt.profiles import ProfileSelector, TensorRTProfile
 
 TRT_DTYPES: dict[str, torch.dtype] = {

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from aitune_core.plugin_api import ForwardSignature
-from aitune_onnx.layout import IOLayout
+from aitune_core.plugin_api.exported import IOLayout
 from aitune_trt import OutOfProfileError, ProfileInput, TensorRTProfile
 from aitune_trt.runner import TRT_DTYPES, TensorRTRunner, check_engine_profiles, torch_dtype
 from aitune_trt.testing import ProfiledStandIn

@@ -1,10 +1,10 @@
-"""ONNX names from access paths: the documented rule, uniqueness, and the mapping a layout gives."""
+"""Flat input and output names from access paths: the documented rule, uniqueness, and the mapping a layout gives."""
 
 from __future__ import annotations
 
 import pytest
 
-from aitune_onnx.names import io_names, sanitize, unique_names
+from aitune_core.plugin_api.exported import io_names, sanitize, unique_names
 
 
 @pytest.mark.parametrize(

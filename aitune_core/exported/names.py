@@ -1,9 +1,10 @@
-"""ONNX input and output names, made from aitune's access paths.
+"""Names of an exported graph's flat inputs and outputs, made from aitune's access paths.
 
-An ONNX model refers to its inputs and outputs by name: ONNX Runtime's bindings,
-TensorRT's optimization profiles and anyone reading the model in Netron use them.
-aitune already has a readable name for every tensor, its access path (``x``,
-``values[3]["t"]``, ``output[0]``), so the ONNX names are made from it.
+An exported model (ONNX, an OpenVINO IR) refers to its inputs and outputs by name:
+runtimes' bindings, TensorRT's optimization profiles and anyone reading the model in
+Netron use them. aitune already has a readable name for every tensor, its access path
+(``x``, ``values[3]["t"]``, ``output[0]``), so the names are made from it, by a rule
+that also fits ONNX's identifiers.
 
 The rule (:func:`sanitize`):
 
@@ -27,7 +28,7 @@ _RUNS = re.compile(r"[^A-Za-z0-9_]+")
 
 
 def sanitize(path: str) -> str:
-    """The ONNX name for one access path, before making it unique (see the module docstring)."""
+    """The flat name for one access path, before making it unique (see the module docstring)."""
     name = _RUNS.sub("_", path).strip("_")
     if not name or name[0].isdigit():
         name = f"t_{name}"
@@ -53,7 +54,7 @@ def unique_names(paths: Iterable[str], taken: Iterable[str] = ()) -> list[str]:
 
 
 def io_names(input_paths: list[str], output_paths: list[str]) -> tuple[list[str], list[str]]:
-    """ONNX names for a model's inputs and outputs, unique across both."""
+    """Names for a model's flat inputs and outputs, unique across both."""
     inputs = unique_names(input_paths)
     outputs = unique_names(output_paths, taken=inputs)
     return inputs, outputs

@@ -1,15 +1,16 @@
-"""How a call's nested arguments map onto an ONNX model's flat inputs, and its outputs back.
+"""How a call's nested arguments map onto an exported model's flat inputs, and its outputs back.
 
-An ONNX model takes a flat list of named tensors and returns one. A module takes
+An exported model (ONNX, an OpenVINO IR, a TensorRT engine) takes a flat list of named
+tensors and returns one. A module takes
 whatever its forward takes: tensors inside tuples, dicts and dataclasses, next to
 flags and numbers. The layout remembers, for one graph:
 
-* which tensor, by locator, feeds which ONNX input, in order;
+* which tensor, by locator, feeds which flat input, in order;
 * the non-tensor values of the recorded call, which the export baked into the model
   and which every later call must therefore repeat;
-* which tensor of the module's output each ONNX output is, and the output's structure
+* which tensor of the module's output each flat output is, and the output's structure
   (a *template*: the eager output of one call with every tensor replaced by a slot),
-  so that the flat ONNX outputs can be put back into the tuples, dicts or dataclasses
+  so that the flat outputs can be put back into the tuples, dicts or dataclasses
   the module returns.
 
 The recorded output spec has locators but not the container objects, which is why the
@@ -29,16 +30,12 @@ from typing import Any
 import attrs
 import torch
 
-from aitune_core.plugin_api import (
-    BuildContext,
-    ForwardSignature,
-    Locator,
-    map_leaves,
-    to_device,
-    walk_inputs,
-    walk_outputs,
-)
-from aitune_onnx.names import io_names
+from aitune_core.backends.base import BuildContext
+from aitune_core.exported.names import io_names
+from aitune_core.graphs.forward_signature import ForwardSignature
+from aitune_core.graphs.graph_spec import GraphSpec
+from aitune_core.metadata.locator import Locator, map_leaves, walk_inputs, walk_outputs
+from aitune_core.validation.inputs import to_device
 
 _SCALARS = (type(None), bool, int, float, str)
 _KINDS = {
@@ -63,17 +60,17 @@ class ConstantMismatchError(ValueError):
 
 @attrs.frozen
 class Slot:
-    """Where the ``index``-th ONNX output goes in the output template."""
+    """Where the ``index``-th flat output goes in the output template."""
 
     index: int
 
 
 @attrs.define(eq=False)
 class IOLayout:
-    """The flat ONNX view of one graph's calls (see the module docstring).
+    """The flat view of one graph's calls (see the module docstring).
 
-    inputs / input_names: tensor inputs by locator, in ONNX input order, with their names.
-    outputs / output_names: tensor outputs by locator, in ONNX output order, with their names.
+    inputs / input_names: tensor inputs by locator, in flat input order, with their names.
+    outputs / output_names: tensor outputs by locator, in flat output order, with their names.
     constants: the non-tensor leaves of the recorded call, baked into the export.
     template: the output structure with :class:`Slot` leaves where tensors go.
     parameters: the forward signature as ``(name, kind, has_default)``, so that a
@@ -107,7 +104,7 @@ class IOLayout:
                 constants.append((locator, leaf))
         tensor_outputs = [locator for locator, leaf in walk_outputs(outputs) if isinstance(leaf, torch.Tensor)]
         if not tensor_outputs:
-            raise ValueError("the module returned no tensor; there is nothing for an ONNX model to compute")
+            raise ValueError("the module returned no tensor; there is nothing for an exported model to compute")
         slots = {locator: Slot(index) for index, locator in enumerate(tensor_outputs)}
         template = map_leaves(outputs, Locator(None), lambda locator, leaf: slots.get(locator, leaf))
         input_names, output_names = io_names(
@@ -117,7 +114,7 @@ class IOLayout:
 
     # ------------------------------------------------------------------ calls in
     def flatten(self, arguments: dict[str, Any]) -> list[torch.Tensor]:
-        """The ONNX inputs of a normalized call, after checking its baked constants."""
+        """The flat inputs of a normalized call, after checking its baked constants."""
         for locator, expected in self.constants:
             try:
                 value = locator.get(arguments)
@@ -140,7 +137,7 @@ class IOLayout:
             ) from None
 
     def unflatten(self, template_arguments: dict[str, Any], tensors: Sequence[torch.Tensor]) -> dict[str, Any]:
-        """Normalized arguments with the ONNX inputs put back in place (the inverse of :meth:`flatten`)."""
+        """Normalized arguments with the flat inputs put back in place (the inverse of :meth:`flatten`)."""
         values = dict(zip(self.inputs, tensors, strict=True))
         return {
             name: map_leaves(value, Locator(name), lambda locator, leaf: values.get(locator, leaf))
@@ -149,11 +146,11 @@ class IOLayout:
 
     # ------------------------------------------------------------------ calls out
     def flat_outputs(self, outputs: Any) -> tuple[torch.Tensor, ...]:
-        """The tensors of a module's output, in ONNX output order."""
+        """The tensors of a module's output, in flat output order."""
         return tuple(locator.get(outputs) for locator in self.outputs)
 
     def rebuild(self, tensors: Sequence[Any]) -> Any:
-        """The module's output structure with the ONNX outputs put in their places."""
+        """The module's output structure with the flat outputs put in their places."""
         template = self.template
         if type(template) is Slot:
             return tensors[template.index]
@@ -162,12 +159,12 @@ class IOLayout:
     # ------------------------------------------------------------------ names
     @property
     def input_name_map(self) -> dict[str, str]:
-        """Access path -> ONNX input name."""
+        """Access path -> flat input name."""
         return {locator.display_path: name for locator, name in zip(self.inputs, self.input_names, strict=True)}
 
     @property
     def output_name_map(self) -> dict[str, str]:
-        """Access path -> ONNX output name."""
+        """Access path -> flat output name."""
         return {locator.display_path: name for locator, name in zip(self.outputs, self.output_names, strict=True)}
 
     def signature(self) -> ForwardSignature | None:
@@ -303,3 +300,19 @@ def _decode_template(data: dict[str, Any]) -> Any:
     if kind == "dict":
         return {key: _decode_template(child) for key, child in value}
     raise ValueError(f"unknown output template node {kind!r}")
+
+
+def check_layout_fits_graph(owner: str, layout: IOLayout, graph: GraphSpec) -> None:
+    """The layout must read the graph's own tensor inputs, and only those.
+
+    The graph spec was checked against the stored samples when loading; a layout edited
+    apart from it (a checkpoint's manifest is a file anyone can edit) would fail at the
+    first call instead of when loading.
+    """
+    expected = {locator.display_path for locator, _ in graph.input_spec.tensor_data}
+    found = {locator.display_path for locator in layout.inputs}
+    if found != expected:
+        raise ValueError(
+            f"{owner}: the stored input layout reads {sorted(found)}, but graph {graph.name} takes tensors at "
+            f"{sorted(expected)}; export the model again, or restore the checkpoint's manifest"
+        )

@@ -1,0 +1,48 @@
+"""What a backend that runs a graph exported flat needs beyond :mod:`aitune_core.plugin_api`.
+
+ONNX Runtime, TensorRT and OpenVINO run a graph from a file that holds flat tensors
+in and out. These names turn a call's nested arguments (tuples, dicts, ``ModelOutput``)
+into those flat tensors and back, export the module seen flat with ``torch.export``
+and the graph's ranged axes, and give the base class that keeps the layout and the
+forward signature through builds and checkpoints. They live apart from the backend
+surface because they load ``torch.export`` machinery a backend of another kind never
+needs; like it, they keep their meaning within a plugin API version.
+"""
+
+from __future__ import annotations
+
+from aitune_core.exported.base import ExportedGraphBackend
+from aitune_core.exported.flat import (
+    FlatModule,
+    OutputMismatchError,
+    example_call,
+    flat_dynamic_shapes,
+    flat_inputs,
+    modes_kept,
+)
+from aitune_core.exported.layout import (
+    ConstantMismatchError,
+    IOLayout,
+    LayoutNotSerializable,
+    check_layout_fits_graph,
+    layout_from_context,
+)
+from aitune_core.exported.names import io_names, sanitize, unique_names
+
+__all__ = [
+    "ConstantMismatchError",
+    "ExportedGraphBackend",
+    "FlatModule",
+    "IOLayout",
+    "LayoutNotSerializable",
+    "OutputMismatchError",
+    "check_layout_fits_graph",
+    "example_call",
+    "flat_dynamic_shapes",
+    "flat_inputs",
+    "io_names",
+    "layout_from_context",
+    "modes_kept",
+    "sanitize",
+    "unique_names",
+]
