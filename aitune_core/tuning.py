@@ -353,12 +353,17 @@ def _tune_module(
     report: TuneReport,
     executor: Executor,
     specs: dict[Hashable, GraphSpec],
-    guard: ModuleGuard,
-    early: EarlyRuns,
+    guard: ModuleGuard | None = None,
+    early: EarlyRuns | None = None,
 ) -> dict[Hashable, Route]:
+    """One module's graphs, tuned; ``guard`` and ``early`` default to a new guard and no builds submitted early.
+
+    ``aitune-jit`` tunes one module on its recorded calls through this function, alone.
+    """
     log = get_logger(module=module.name)
+    guard = guard if guard is not None else ModuleGuard(module.module, module.name, log=log)
     try:
-        return _tune_graphs(module, strategy, device, report, executor, guard, log, specs, early)
+        return _tune_graphs(module, strategy, device, report, executor, guard, log, specs, early or {})
     finally:
         guard.release()
 
