@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import served_by, tune_alone
+from openvino_helpers import served_by, tune_alone
 
 import aitune_core as ait
 from aitune_core.testing.child_process import env_with_sources

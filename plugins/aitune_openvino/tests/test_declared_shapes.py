@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import served_by, tune_alone
+from openvino_helpers import served_by, tune_alone
 
 import aitune_core as ait
 from aitune_core.testing.models import TinyEncoder, encoder_call

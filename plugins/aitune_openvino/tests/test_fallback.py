@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers import FAST_PROFILE, served_by, tune_alone
+from openvino_helpers import FAST_PROFILE, served_by, tune_alone
 
 import aitune_core as ait
 from aitune_openvino import OpenVINOBackend

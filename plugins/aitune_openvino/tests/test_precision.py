@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import FAST_PROFILE, served_by, tune_alone
+from openvino_helpers import FAST_PROFILE, served_by, tune_alone
 
 import aitune_core as ait
 from aitune_core.testing.models import SmallMLP
