@@ -36,6 +36,9 @@ from aitune_core.config import config
 CHILD_THREADS = 1
 """Cores a JIT build child may use: serving keeps the rest."""
 
+DEFAULT_EXECUTORS = ("auto", "inprocess")
+"""``config.executor`` values that mean no executor was chosen: the default, and tuning's old default."""
+
 
 @attrs.frozen
 class Placement:
@@ -49,7 +52,7 @@ class Placement:
 
 def place(module: nn.Module, strategy: Any, executor: Any, device: torch.device) -> Placement:
     """Where to build ``module``'s candidates (see module docstring)."""
-    if executor is not None or config.executor != "inprocess":
+    if executor is not None or config.executor not in DEFAULT_EXECUTORS:
         return Placement(executor, strategy, "where the executor asked for says")
     if strategy is not None:
         return Placement(None, strategy, "in-process, with the candidates asked for (executor='subprocess' moves them)")
