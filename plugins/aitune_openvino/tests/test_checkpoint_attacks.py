@@ -49,7 +49,7 @@ def test_swapped_weights_are_refused(saved: TunedCheckpoint) -> None:
     entry = _backend_entry(_manifest(saved.path))
     weights = saved.path / entry["artifacts"]["ir_bin"]["path"]
     data = bytearray(weights.read_bytes())
-    data[:4] = bytes(4 - byte for byte in data[:4])  # other numbers, same size
+    data[:4] = bytes(byte ^ 0x5A for byte in data[:4])  # other numbers, same size
     weights.write_bytes(bytes(data))
     with pytest.raises(ait.CheckpointError, match="sha256"):
         ait.load(build_model(), saved.path)
