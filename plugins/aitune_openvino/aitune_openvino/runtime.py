@@ -8,8 +8,8 @@ config, and the compiled model is asked back for its inference precision: a buil
 asked for f32 and got anything else is refused.
 
 Calls are zero-copy both ways where OpenVINO allows it. Inputs are the torch tensors'
-own memory, as numpy views (``share_inputs=True``; a non-contiguous tensor is made
-contiguous first). Outputs are written by OpenVINO straight into tensors allocated for
+own memory, as ``ov.Tensor``s over numpy views (``shared_memory=True``; a non-contiguous
+tensor is made contiguous first), set on the request one by one. Outputs are written by OpenVINO straight into tensors allocated for
 this call and handed to torch as they are: before each call every output port gets a
 fresh ``ov.Tensor``, which the CPU plugin resizes to the output's real shape (data-
 dependent sizes included) and fills, so no output is ever copied and none is shared
@@ -112,9 +112,15 @@ class CompiledIR:
     def run(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """The outputs of one call on ``tensors`` (CPU tensors, in the IR's input order)."""
         request = self._request()
+        ov_tensor = self._ov_tensor
+        # Inputs set one by one, as tensors over the arrays' memory: infer() given a list of
+        # arrays goes through OpenVINO's data dispatcher, which cost 45-65 us per call more
+        # on the demo MLP and transformer (docs/benchmarks.md, "OpenVINO per call").
+        for index, tensor in enumerate(tensors):
+            request.set_input_tensor(index, ov_tensor(_as_array(tensor), shared_memory=True))
         for index, (element_type, shape) in enumerate(self._outputs):
-            request.set_output_tensor(index, self._ov_tensor(element_type, shape))
-        request.infer([_as_array(tensor) for tensor in tensors], share_inputs=True, share_outputs=True)
+            request.set_output_tensor(index, ov_tensor(element_type, shape))
+        request.infer()
         return [torch.from_numpy(request.get_output_tensor(index).data) for index in range(len(self._outputs))]
 
 
