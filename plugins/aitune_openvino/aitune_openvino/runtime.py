@@ -9,12 +9,12 @@ asked for f32 and got anything else is refused.
 
 Calls are zero-copy both ways where OpenVINO allows it. Inputs are the torch tensors'
 own memory, as ``ov.Tensor``s over numpy views (``shared_memory=True``; a non-contiguous
-tensor is made contiguous first), set on the request one by one. Outputs are written by OpenVINO straight into tensors allocated for
-this call and handed to torch as they are: before each call every output port gets a
-fresh ``ov.Tensor``, which the CPU plugin resizes to the output's real shape (data-
-dependent sizes included) and fills, so no output is ever copied and none is shared
-with a later call. Each thread gets its own infer request, since a request runs one
-call at a time.
+tensor is made contiguous first), set on the request one by one. Outputs are written
+by OpenVINO straight into tensors allocated for this call and handed to torch as they
+are: before each call every output port gets a fresh ``ov.Tensor``, which the CPU
+plugin resizes to the output's real shape (data-dependent sizes included) and fills,
+so no output is ever copied and none is shared with a later call. Each thread gets
+its own infer request, since a request runs one call at a time.
 """
 
 from __future__ import annotations
@@ -116,11 +116,15 @@ class CompiledIR:
         # Inputs set one by one, as tensors over the arrays' memory: infer() given a list of
         # arrays goes through OpenVINO's data dispatcher, which cost 45-65 us per call more
         # on the demo MLP and transformer (docs/benchmarks.md, "OpenVINO per call").
-        for index, tensor in enumerate(tensors):
-            request.set_input_tensor(index, ov_tensor(_as_array(tensor), shared_memory=True))
+        # The arrays are held until the call returns: an ov.Tensor over shared memory does not
+        # keep it alive, and a contiguous copy made for this call has no other owner.
+        arrays = [_as_array(tensor) for tensor in tensors]
+        for index, array in enumerate(arrays):
+            request.set_input_tensor(index, ov_tensor(array, shared_memory=True))
         for index, (element_type, shape) in enumerate(self._outputs):
             request.set_output_tensor(index, ov_tensor(element_type, shape))
         request.infer()
+        del arrays
         return [torch.from_numpy(request.get_output_tensor(index).data) for index in range(len(self._outputs))]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 
 from aitune_core.testing import BackendConformance
@@ -22,6 +23,8 @@ from aitune_core.testing.models import (
     nested_call,
 )
 from aitune_openvino import OpenVINOBackend
+
+pytestmark = pytest.mark.slow  # a conversion per test, about 200 of them: once, in tests_plugin
 
 
 class TestOpenVINOConformance(BackendConformance):
