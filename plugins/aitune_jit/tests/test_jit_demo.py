@@ -69,7 +69,7 @@ def _final(events: list[dict[str, Any]]) -> str:
     return str(final)
 
 
-@pytest.mark.slow
+# Not marked slow: it needs aitune-inductor beside aitune-jit, so the all-together session is where it runs.
 def test_the_demo_cnn_is_tuned_without_a_code_change_and_loaded_next_run(tmp_path: Path) -> None:
     out, events = _run(tmp_path)
     assert float(out.split("worst error")[1]) < 1e-4  # every call matched eager
