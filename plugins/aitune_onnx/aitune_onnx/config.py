@@ -53,8 +53,10 @@ class ONNXRuntimeBackendConfig(ExportedGraphConfig):
     allow_spinning: let idle ONNX Runtime threads spin, waiting for work; off hands the
         cores back to the rest of the program between calls, at some latency.
     io_binding: bind the torch tensors' memory as inputs and take the outputs without a
-        copy; off runs ``session.run`` with numpy views (CPU only, a few microseconds
-        less per call on small models).
+        copy (always on a GPU). None (the default) binds on the CPU only where numpy
+        cannot hold an input or output (bfloat16, 8-bit floats): otherwise ``session.run``
+        on numpy views is the cheaper call there (about 15 us less per call, measured on
+        the demo MLP at batch 1, and no slower at batch 64). True binds on the CPU too.
     exporter, torchscript_fallback, opset_version, optimize, external_data: how the
         graph is exported; see :class:`~aitune_onnx.exported_graph.ExportedGraphConfig`.
     """
@@ -68,4 +70,6 @@ class ONNXRuntimeBackendConfig(ExportedGraphConfig):
     inter_op_num_threads: int = attrs.field(default=0, validator=_non_negative)
     execution_mode: str = attrs.field(default="sequential", validator=attrs.validators.in_(EXECUTION_MODES))
     allow_spinning: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
-    io_binding: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    io_binding: bool | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(bool))
+    )

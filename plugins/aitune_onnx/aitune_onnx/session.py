@@ -137,6 +137,16 @@ def _providers(config: ONNXRuntimeBackendConfig, device: torch.device) -> list[A
     return chain
 
 
+NUMPY_LACKS = ("bfloat16", "float8", "float4", "int4")
+"""Element types numpy has no dtype for: a session with one of them in or out is called with IO binding."""
+
+
+def numpy_holds(session: Any) -> bool:
+    """Whether every input and output of ``session`` has an element type numpy can hold."""
+    types = [value.type for value in (*session.get_inputs(), *session.get_outputs())]
+    return not any(lacking in str(type_) for type_ in types for lacking in NUMPY_LACKS)
+
+
 def _to_torch(value: Any) -> torch.Tensor:
     if hasattr(value, "__dlpack__"):
         return torch.from_dlpack(value)
@@ -180,7 +190,9 @@ class OrtRunner:
         self._outputs = list(output_names)
         self._device_type = device.type
         self._device_id = device.index or 0
-        self._io_binding = config.io_binding or device.type != "cpu"
+        self._io_binding = (
+            config.io_binding or device.type != "cpu" or (config.io_binding is None and not numpy_holds(self.session))
+        )
 
     @property
     def providers(self) -> list[str]:

@@ -75,15 +75,25 @@ def test_matches_eager_with_dynamic_sequence(
     torch.testing.assert_close(backend(*args, **kwargs), expected, rtol=1e-4, atol=1e-5)
 
 
-def test_calls_go_through_io_binding(
-    tagger_backend: ONNXRuntimeBackend, tagger_context: BuildContext, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("io_binding", "expected"), [(None, ["run"]), (True, ["io_binding"])])
+def test_cpu_calls_use_session_run_unless_binding_is_asked_for(
+    tagger_backend: ONNXRuntimeBackend,
+    tagger_context: BuildContext,
+    monkeypatch: pytest.MonkeyPatch,
+    io_binding: bool | None,
+    expected: list[str],
 ) -> None:
     backend = tagger_backend
+    if io_binding is not None:
+        backend = ONNXRuntimeBackend(
+            intra_op_num_threads=1, graph_optimization_level="extended", io_binding=io_binding
+        ).build(tagger_context)
+    assert backend.config.io_binding is io_binding
     session = backend.session
     calls: list[str] = []
     real_binding, real_run = session.io_binding, session.run
 
-    def io_binding() -> Any:
+    def io_binding_call() -> Any:
         calls.append("io_binding")
         return real_binding()
 
@@ -91,17 +101,31 @@ def test_calls_go_through_io_binding(
         calls.append("run")
         return real_run(*args, **kwargs)
 
-    monkeypatch.setattr(session, "io_binding", io_binding)
+    monkeypatch.setattr(session, "io_binding", io_binding_call)
     monkeypatch.setattr(session, "run", run)
     tokens, mask = torch.randn(3, 4, 8), torch.ones(3, 4)
     out = backend(tokens, mask)
-    assert calls == ["io_binding"]
+    assert calls == expected
     with torch.no_grad():
         torch.testing.assert_close(out, tagger_context.module(tokens, mask), rtol=1e-4, atol=1e-5)
-    # Inputs that are not contiguous are bound from a contiguous copy.
+    # Inputs that are not contiguous are passed as a contiguous copy.
     strided = torch.randn(3, 8, 4).transpose(1, 2)
     with torch.no_grad():
         torch.testing.assert_close(backend(strided, mask), tagger_context.module(strided, mask), rtol=1e-4, atol=1e-5)
+
+
+def test_types_numpy_lacks_are_called_with_binding() -> None:
+    from types import SimpleNamespace
+
+    from aitune_onnx.session import numpy_holds
+
+    def session(*types: str) -> Any:
+        values = [SimpleNamespace(type=type_) for type_ in types]
+        return SimpleNamespace(get_inputs=lambda: values[:1], get_outputs=lambda: values[1:])
+
+    assert numpy_holds(session("tensor(float)", "tensor(int64)"))
+    assert not numpy_holds(session("tensor(bfloat16)", "tensor(float)"))
+    assert not numpy_holds(session("tensor(float)", "tensor(float8e4m3fn)"))
 
 
 def test_session_options_are_applied(tagger_backend: ONNXRuntimeBackend) -> None:
