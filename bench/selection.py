@@ -100,7 +100,11 @@ class Ratio(Result):
 # ---------------------------------------------------------------------- in the subprocess
 
 
-def _make_model(name: str) -> tuple[Any, list[Any]]:
+TIMM_MODELS = {"resnet18": "resnet18", "mobilenetv3": "mobilenetv3_small_100"}
+"""timm architectures by bench name, each a 10-class classifier on 64x64 images."""
+
+
+def make_model(name: str) -> tuple[Any, list[Any]]:
     """A freshly initialised model (seeded, random weights) in eval mode, and its unbatched samples."""
     import torch
 
@@ -110,10 +114,10 @@ def _make_model(name: str) -> tuple[Any, list[Any]]:
         from aitune_core.demo.models import build_demo
 
         return build_demo(name)
-    if name == "resnet18":
+    if name in TIMM_MODELS:
         import timm  # type: ignore[import-not-found]
 
-        model = timm.create_model("resnet18", pretrained=False, num_classes=10).eval()
+        model = timm.create_model(TIMM_MODELS[name], pretrained=False, num_classes=10).eval()
         return model, [torch.randn(3, 64, 64, generator=generator) for _ in range(8)]
     if name == "bert":
         from transformers import BertConfig, BertModel  # type: ignore[import-not-found]
@@ -191,7 +195,7 @@ def _selection_job(job: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(job["threads"])
     ait.config.cache_dir = job["cache_dir"]
     name, sizes = job["model"], list(job["batch_sizes"])
-    model, samples = _make_model(name)
+    model, samples = make_model(name)
     wrapped = ait.Module(model, f"selection-{name}")
     start = time.perf_counter()
     # Neighbours run while tuning only: what is measured afterwards is timed on a quiet machine.

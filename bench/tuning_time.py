@@ -42,17 +42,13 @@ PARALLEL_TARGET = 0.8
 MODELS = {"cnn": [1, 2, 4, 8], "resnet18": [1, 4], "mobilenetv3": [1, 4]}
 MATRIX = ("timm_vit_tiny", "bert_tiny", "t5_encoder_tiny")
 """Cases of the models matrix, tuned as tests_models tunes them but with the default candidates."""
-NEEDS = {"resnet18": "timm", "mobilenetv3": "timm", "timm_vit_tiny": "timm", "bert_tiny": "transformers"}
-NEEDS["t5_encoder_tiny"] = "transformers"
-
-
-def _timm_model(name: str) -> tuple[Any, list[Any]]:
-    import timm  # type: ignore[import-not-found]
-    import torch
-
-    generator = torch.Generator().manual_seed(0)
-    model = timm.create_model(name, pretrained=False, num_classes=10).eval()
-    return model, [torch.randn(3, 64, 64, generator=generator) for _ in range(8)]
+NEEDS = {
+    "resnet18": "timm",
+    "mobilenetv3": "timm",
+    "timm_vit_tiny": "timm",
+    "bert_tiny": "transformers",
+    "t5_encoder_tiny": "transformers",
+}
 
 
 def _build(model_name: str) -> tuple[Any, list[Any], list[int], Any]:
@@ -63,13 +59,9 @@ def _build(model_name: str) -> tuple[Any, list[Any], list[int], Any]:
 
         case = CASES[model_name]
         return case.build(TUNE_SEED), case.dataset(), case.batch_sizes, case.gather
-    if model_name == "resnet18":
-        return (*_timm_model("resnet18"), MODELS[model_name], None)
-    if model_name == "mobilenetv3":
-        return (*_timm_model("mobilenetv3_small_100"), MODELS[model_name], None)
-    from aitune_core.demo.models import build_demo
+    from bench.selection import make_model  # the selection bench's models: the same seeds and samples
 
-    return (*build_demo(model_name), MODELS[model_name], None)
+    return (*make_model(model_name), MODELS[model_name], None)
 
 
 def _child(model_name: str, changed: bool) -> dict[str, Any]:
@@ -141,6 +133,7 @@ def run(options: Options) -> list[Result]:
                 runs["parallel"].append(_tune_in_new_process(model_name, Path(folder), parallel=True))
         ratio = median([w["tune_s"] / c["tune_s"] for c, w in zip(runs["cold"], runs["warm"], strict=True)])
         parallel = median([p["tune_s"] / c["tune_s"] for c, p in zip(runs["cold"], runs["parallel"], strict=True)])
+        ratios = {"warm": {"warm_over_cold": ratio}, "parallel": {"parallel_over_cold": parallel}}
         for kind, measured in runs.items():
             last = measured[-1]
             note = f"reused {last['reused']} of {last['tried']} rows, validated {last['validated']}"
@@ -148,7 +141,6 @@ def run(options: Options) -> list[Result]:
                 note = f"{ratio:.3f}x the cold tune (target <= {RATIO_TARGET}); " + note
             if kind == "parallel":
                 note = f"{parallel:.3f}x the cold tune (target <= {PARALLEL_TARGET}); " + note
-            ratios = {"warm": {"warm_over_cold": ratio}, "parallel": {"parallel_over_cold": parallel}}
             results.append(
                 Result(
                     f"tune() {model_name}, defaults",
