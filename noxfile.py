@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nox
+import nox.command
 
 ROOT = Path(__file__).parent
 nox.options.reuse_existing_virtualenvs = True
@@ -94,8 +95,21 @@ def constraints(default: Path = ROOT / "constraints.txt") -> list[str]:
     return ["-c", path] if path else []
 
 
+# A download cut off half way (a 59 MB wheel at 16 MB, seen in CI) is resumed and, past
+# pip's own retries, the whole install is tried again: the registry, not the code, failed.
+PIP_PATIENCE = {"PIP_RETRIES": "10", "PIP_RESUME_RETRIES": "20", "PIP_TIMEOUT": "60"}
+INSTALL_TRIES = 3
+
+
 def install(session: nox.Session, *targets: str, default: Path = ROOT / "constraints.txt") -> None:
-    session.install(*constraints(default), *targets)
+    for attempt in range(1, INSTALL_TRIES + 1):
+        try:
+            session.install(*constraints(default), *targets, env=PIP_PATIENCE)
+            return
+        except nox.command.CommandFailed:
+            if attempt == INSTALL_TRIES:
+                raise
+            session.warn(f"pip install failed (try {attempt} of {INSTALL_TRIES}); trying again")
 
 
 def pytest(session: nox.Session, *paths: str, env: dict[str, str] | None = None) -> None:
