@@ -45,6 +45,7 @@ class ExportedGraphBackend(Backend):
         self._layout: IOLayout | None = None
         self._signature: ForwardSignature | None = None
         self._restored_extra: dict[str, Any] = {}
+        self._positional: tuple[int, ...] | None = None
 
     @property
     def is_jit(self) -> bool:
@@ -105,6 +106,7 @@ class ExportedGraphBackend(Backend):
             self._signature = self._layout.signature()
         if self._signature is None:
             raise RuntimeError(f"{self.describe()} needs a BuildContext to learn the module's forward signature")
+        self._positional = _positional_inputs(self._layout, self._signature)
         return self._layout, self._signature
 
     def _layout_from_context(self) -> IOLayout:
@@ -115,7 +117,14 @@ class ExportedGraphBackend(Backend):
 
     # ------------------------------------------------------------------ inference
     def _flatten_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
-        """The flat input tensors of a call, in the export's input order."""
+        """The flat input tensors of a call, in the export's input order.
+
+        A call that passes exactly the exported tensors by position (``model(x)``, most
+        calls) is read straight from ``args``: normalizing it would give the same list.
+        """
+        positional = self._positional
+        if positional is not None and not kwargs and len(args) == len(positional):
+            return [args[index] for index in positional]
         layout, signature = self._layout, self._signature
         assert layout is not None and signature is not None, "load the backend before calling it"
         return layout.flatten(signature.normalize(args, kwargs))
@@ -146,3 +155,27 @@ class ExportedGraphBackend(Backend):
         layout = extra.get(LAYOUT_KEY)
         self._layout = IOLayout.from_dict(layout) if layout else None
         self._restored_extra = dict(extra)
+
+
+def _positional_inputs(layout: IOLayout, signature: ForwardSignature) -> tuple[int, ...] | None:
+    """For each flat input, its place in a call that passes all of them by position and nothing else.
+
+    None when such a call cannot be read by position alone: the export baked in a
+    non-tensor value, a tensor sits inside a container or behind ``*args``, or the
+    tensors are not the forward's first positional parameters.
+    """
+    if layout.constants or signature.signature is None:
+        return None
+    leading = []
+    for parameter in signature.signature.parameters.values():
+        if parameter.kind not in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            break
+        leading.append(parameter.name)
+    count = len(layout.inputs)
+    if any(locator.keys for locator in layout.inputs) or count > len(leading):
+        return None
+    place = {name: index for index, name in enumerate(leading[:count])}
+    try:
+        return tuple(place[locator.root] for locator in layout.inputs)  # type: ignore[index]
+    except KeyError:
+        return None

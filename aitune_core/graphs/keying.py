@@ -25,9 +25,14 @@ from aitune_core.metadata.containers import CONTAINERS
 from aitune_core.metadata.leaf_key import leaf_value_key, type_name
 
 
+def tensor_key(value: torch.Tensor) -> Hashable:
+    """A tensor's part of a key: rank, dtype and device type."""
+    return ("T", value.dim(), value.dtype, "cpu" if value.is_cpu else value.device.type)
+
+
 def value_key(value: Any, strict: bool) -> Hashable:
     if isinstance(value, torch.Tensor):
-        return ("T", value.dim(), value.dtype, "cpu" if value.is_cpu else value.device.type)
+        return tensor_key(value)
     cls = type(value)
     if cls is tuple or cls is list:
         return (cls.__name__, tuple([value_key(item, strict) for item in value]))

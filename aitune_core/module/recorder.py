@@ -73,6 +73,11 @@ class GraphRecorder:
     def graph_specs(self) -> list[GraphSpec]:
         return [record.spec for record in self.graphs.values()]
 
+    @property
+    def key_parts(self) -> Callable[[dict[str, Any]], Hashable] | None:
+        """What the plugins add to every graph key, or None when none of them adds anything."""
+        return self._key_parts
+
     def key(self, arguments: dict[str, Any], strict: bool) -> tuple[Hashable, ...]:
         return call_key(arguments, strict, self._key_parts)
 

@@ -3,7 +3,8 @@
 Everything that can be worked out ahead of time is, when the route is made: which
 arguments hold tensors, the size range of every axis, and whether batch axes must be
 checked for a common batch size. A call then costs the key, one lookup and a few
-integer comparisons.
+integer comparisons; ``model(x)``, the commonest call, not even the key (see
+:mod:`aitune_core.module.lane`).
 
 Compiled backends may not check their own bounds (an AOT Inductor package built for
 batch <= 8 happily runs batch 2000), so a shape outside the tuned range never reaches
@@ -20,17 +21,27 @@ where nothing beat it. The route then reads the call's batch size and picks.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aitune_core.backends.eager import TorchEagerBackend
 from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_core.metadata.locator import Locator, get_many
 
+if TYPE_CHECKING:
+    import torch
+
 _MAX_REPORTED_UNSEEN = 16
 
 
 class _TensorCheck:
-    __slots__ = ("batch_multipliers", "highs", "locator", "lows", "root")
+    """One input tensor's tuned size ranges, arranged for a check that costs little per call.
+
+    Most graphs vary only in their leading axes (batch, then sequence length): their
+    fixed trailing sizes are compared as one tuple, and only the leading ones are
+    checked against their ranges. Other graphs check every axis.
+    """
+
+    __slots__ = ("batch_multipliers", "head", "highs", "locator", "lows", "root", "tail")
 
     def __init__(self, locator: Locator, lows: list[int], highs: list[int], multipliers: dict[int, int]) -> None:
         self.locator = locator
@@ -38,6 +49,24 @@ class _TensorCheck:
         self.lows = tuple(lows)
         self.highs = tuple(highs)
         self.batch_multipliers = tuple(multipliers.items())
+        ranged = [axis for axis, (low, high) in enumerate(zip(lows, highs, strict=True)) if low != high]
+        leading = ranged == list(range(len(ranged)))
+        self.head: tuple[tuple[int, int], ...] | None = (
+            tuple(zip(lows[: len(ranged)], highs[: len(ranged)], strict=True)) if leading else None
+        )
+        self.tail = tuple(lows[len(ranged) :]) if leading else ()
+
+    def fits(self, shape: torch.Size) -> bool:
+        """Whether every size of ``shape`` (of the tuned rank: the graph key holds it) is in its range."""
+        head = self.head
+        if head is None:
+            return all(low <= size <= high for size, low, high in zip(shape, self.lows, self.highs, strict=False))
+        if shape[len(head) :] != self.tail:
+            return False
+        for size, (low, high) in zip(shape, head, strict=False):  # noqa: SIM110 (a loop costs less than all() here)
+            if size < low or size > high:
+                return False
+        return True
 
 
 def follows_weights(backend: Any) -> bool:
@@ -78,6 +107,7 @@ class Route:
         "lower",
         "lower_calls",
         "nested",
+        "single",
     )
 
     def __init__(self, graph: GraphSpec, backend: Any, lower: Sequence[tuple[int, Any | None]] = ()) -> None:
@@ -105,6 +135,9 @@ class Route:
         multipliers = [m for check in self.checks for _, m in check.batch_multipliers]
         # One batch axis with multiplier 1 needs no extra check: its range check is enough.
         self.check_batch = len(multipliers) > 1 or any(m != 1 for m in multipliers)
+        # One tensor argument, nothing to compare it with: the common call, checked without loops.
+        only = self.checks[0] if len(self.checks) == 1 else None
+        self.single = only if only is not None and only.root is not None and not self.check_batch else None
 
     def refresh(self) -> None:
         """Call the backend's own callable directly, skipping its state check (about 1 us).
@@ -181,15 +214,15 @@ class Route:
 
     def mismatch(self, arguments: dict[str, Any]) -> str | None:
         """None when the call fits the tuned shapes, else why it does not."""
+        single = self.single
+        if single is not None:
+            shape = arguments[single.root].shape  # type: ignore[index]
+            return None if single.fits(shape) else _outside(single, shape)
         batch: int | None = None
         for check, tensor in zip(self.checks, self._tensors(arguments), strict=True):
             shape = tensor.shape
-            for size, low, high in zip(shape, check.lows, check.highs, strict=False):
-                if size < low or size > high:
-                    return (
-                        f"`{check.locator.display_path}` has shape {list(shape)}, outside the tuned range "
-                        f"{list(check.lows)}..{list(check.highs)}"
-                    )
+            if not check.fits(shape):
+                return _outside(check, shape)
             if self.check_batch:
                 for axis, multiplier in check.batch_multipliers:
                     implied, remainder = divmod(shape[axis], multiplier)
@@ -199,6 +232,13 @@ class Route:
                         )
                     batch = implied
         return None
+
+
+def _outside(check: _TensorCheck, shape: torch.Size) -> str:
+    return (
+        f"`{check.locator.display_path}` has shape {list(shape)}, outside the tuned range "
+        f"{list(check.lows)}..{list(check.highs)}"
+    )
 
 
 def _direct_call(backend: Any) -> Any:

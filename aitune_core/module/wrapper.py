@@ -39,6 +39,7 @@ from aitune_core.graphs.declared_dims import DynamicShapes
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.log import get_logger
+from aitune_core.module.lane import single_tensor_lane
 from aitune_core.module.recorder import GraphRecord, GraphRecorder
 from aitune_core.module.router import RUN_EAGERLY, Route, UnseenCalls
 from aitune_core.module.session import current_session, open_session, sessions_open
@@ -155,6 +156,7 @@ class Module(nn.Module):
         # A module's graph keys include the plugins' parts, fixed here: so wrapping loads the plugins.
         own["_recorder"] = GraphRecorder(name, own["_signature"], ensure_plugins().graph_key_parts())
         own["_routes"] = {}
+        own["_lane"] = None
         own["_unseen"] = UnseenCalls()
         own["_warned_routes"] = set()
         own["_log"] = get_logger(module=name)
@@ -285,6 +287,11 @@ class Module(nn.Module):
                 if current_session() is not None:
                     return self._recorder.record(self._inner, args, kwargs)
             change = watch.check(walk=not alarmed or next(watch.tick))
+        lane = self._lane
+        if lane is not None and change is None and len(args) == 1 and not kwargs:
+            call = lane.call_for(args[0], _grad_enabled)
+            if call is not None:
+                return self._inner(*args) if call is RUN_EAGERLY else call(*args)
         arguments = self._signature.normalize(args, kwargs)
         key = self._recorder.key(arguments, config.strict_mode)
         route = self._routes.get(key)
@@ -350,7 +357,7 @@ class Module(nn.Module):
         left as they are, so that a failed load can put them back still running.
         """
         replaced = self._routes if self.__dict__.pop("_replacing", False) else {}
-        self.__dict__["_routes"] = dict(routes)
+        self._route_by(routes)
         self.__dict__["_unseen"] = UnseenCalls()
         for route in routes.values():
             route.refresh()
@@ -370,7 +377,8 @@ class Module(nn.Module):
         """
         own = self.__dict__
         saved = own["_routes"], own["_state"], own["_unseen"]
-        own["_routes"], own["_unseen"] = dict(routes), UnseenCalls()
+        self._route_by(routes)
+        own["_unseen"] = UnseenCalls()
         for route in routes.values():
             route.refresh()
         self._watch.reset()  # the module as it is now is what these routes were built for
@@ -378,7 +386,13 @@ class Module(nn.Module):
         try:
             yield
         finally:
-            own["_routes"], own["_state"], own["_unseen"] = saved
+            self._route_by(saved[0])
+            own["_state"], own["_unseen"] = saved[1], saved[2]
+
+    def _route_by(self, routes: dict[Hashable, Route]) -> None:
+        own = self.__dict__
+        own["_routes"] = dict(routes)
+        own["_lane"] = single_tensor_lane(own["_routes"], self._signature, self._recorder.key_parts)
 
     def add_graph(self, spec: GraphSpec, samples: list[Sample]) -> None:
         """Add a graph recorded elsewhere (a checkpoint), keyed by its spec's key."""
