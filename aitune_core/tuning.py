@@ -148,7 +148,7 @@ def _tune(
     modules = list(MODULE_REGISTRY.modules.values())
     if not modules:
         raise TuningError("no aitune module exists; wrap what should be tuned with aitune_core.Module(module, name)")
-    target = torch.device(device) if device is not None else _device_of(modules)
+    target = torch.device(device) if device is not None else device_of(modules)
     if sizes is not None and len(sizes) == 1:
         log.warning(
             "one batch size given; shapes are treated as static",
@@ -207,7 +207,7 @@ def _tune(
         note="comparisons measure until decided; all of them together stop here (config.profile_cap_s)",
     )
     BUILD_PROGRESS.reset()
-    strategies = {module.name: _strategy_for(module, strategy, target) for module in called}
+    strategies = {module.name: strategy_for(module, strategy, target) for module in called}
     # With a budget, lossless first, as without one; the lossy candidates come after (choose_lossy).
     used = {name: lossless_strategy(s, target) if accuracy is not None else s for name, s in strategies.items()}
     guards = {m.name: ModuleGuard(m.module, m.name, log=get_logger(module=m.name)) for m in called}
@@ -219,7 +219,7 @@ def _tune(
                     if other is not module:
                         other.deactivate()
                 log.info("tuning module", module=module.name, progress=f"{index}/{len(called)}")
-                routes[module.name] = _tune_module(
+                routes[module.name] = tune_module(
                     module, used[module.name], target, report, executor, specs[module.name], guards[module.name], early
                 )
             if accuracy is not None:
@@ -256,7 +256,7 @@ def _tune(
     return report
 
 
-def _device_of(modules: list[Module]) -> torch.device:
+def device_of(modules: list[Module]) -> torch.device:
     """Where the wrapped modules already live; a model is not moved unless a device is asked for."""
     for module in modules:
         parameter = next(iter(module.module.parameters()), None)
@@ -288,7 +288,7 @@ def _gather(
     return count
 
 
-def _strategy_for(module: Module, default: TuneStrategy | None, device: torch.device) -> TuneStrategy:
+def strategy_for(module: Module, default: TuneStrategy | None, device: torch.device) -> TuneStrategy:
     """The module's own strategy, else ``tune``'s, else a plugin's choice, else MaxThroughputStrategy."""
     if module.strategy is not None:
         return module.strategy
@@ -346,7 +346,7 @@ def _submit_early(
     return {key: run for key, run in runs.items() if id(run) in submitted}
 
 
-def _tune_module(
+def tune_module(
     module: Module,
     strategy: TuneStrategy,
     device: torch.device,
@@ -358,7 +358,9 @@ def _tune_module(
 ) -> dict[Hashable, Route]:
     """One module's graphs, tuned; ``guard`` and ``early`` default to a new guard and no builds submitted early.
 
-    ``aitune-jit`` tunes one module on its recorded calls through this function, alone.
+    The entry point for tuning one module on the calls it already recorded, after
+    :func:`tune`'s gathering (``aitune-jit`` does, with :func:`device_of`,
+    :func:`strategy_for` and :func:`declared_specs`); the routes are returned, not installed.
     """
     log = get_logger(module=module.name)
     guard = guard if guard is not None else ModuleGuard(module.module, module.name, log=log)
@@ -447,7 +449,7 @@ def _plan(modules: list[Module], strategy: TuneStrategy | None, device: torch.de
         "(config.profile_cap_s)",
     ]
     for module in modules:
-        chosen = _strategy_for(module, strategy, device)
+        chosen = strategy_for(module, strategy, device)
         if chosen.backends is not None:
             offered = [(blueprint, blueprint.availability(device)) for blueprint in chosen.backends]
         else:

@@ -170,6 +170,7 @@ def compare(
     for variant in variants:
         timer.warm(variant.name, variant.fn, call, config.warmup_iterations)
     per_round = _calls_per_round(variants, call, batch_size, config, timer)
+    settle = min(config.settle_calls, per_round - 1)
     judged = [name for name in (deciding if deciding is not None else names) if name != reference]
     least = rounds_for_an_interval(config.confidence)  # the budget never stops short of a verdict
     need = max(config.min_rounds, least)
@@ -182,6 +183,8 @@ def compare(
     for index in range(MAX_ROUNDS):
         shift = index % len(active)
         for variant in active[shift:] + active[:shift]:
+            if settle > 0:
+                timer.warm(variant.name, variant.fn, call, settle)
             timed = timer.time_round(variant.name, variant.fn, call, batch_size, per_round)
             log.add(variant.name, index, timed)
             if budget is not None:

@@ -37,6 +37,12 @@ class ProfileConfig:
     interference_threshold: a round is disturbed when a variant got less than this
         share of its usual CPU time per wall second in it (a preemption).
     round_time_s: about how long one variant's part of a round takes.
+    settle_calls: untimed calls of each variant at the start of each of its rounds, at
+        most one fewer than the round's timed calls. The first calls after another
+        variant ran refill the caches with this one's weights, which serving one graph
+        call after call does not pay: at batch 1 of the demo MLP (8 MB of weights) the
+        first three took 1.5-5x a settled call, and eager, which follows a backend that
+        shares its weights, was favoured over every other variant.
     confidence: of the interval around each speedup (0.9 = 90%).
     stability: for a single variant's measurement, how little the median may move.
     sweep: profile at every serving batch size, not only the largest.
@@ -53,6 +59,7 @@ class ProfileConfig:
     max_retakes: int = 16
     interference_threshold: float = 0.85
     round_time_s: float = 0.005
+    settle_calls: int = 3
     confidence: float = 0.9
     stability: float = 0.03
     sweep: bool = True

@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -141,6 +141,9 @@ class ScriptedTimer(Timer):
     load: scripted neighbours (:class:`~aitune_core.profiling.bursts.Bursts`): calls are
         laid on a virtual clock, and those that start while the neighbours are busy are
         slowed; the CPU time reported shows it when the bursts are ``visible``.
+    cold: extra seconds of the first calls of a variant after another one ran (its
+        weights read back into the caches): ``(2e-3, 1e-3)`` adds 2 ms to the first call
+        and 1 ms to the second. Untimed calls (:meth:`warm`) count among them.
     """
 
     def __init__(
@@ -152,6 +155,7 @@ class ScriptedTimer(Timer):
         outlier_rate: float = 0.0,
         outlier_factor: float = 20.0,
         load: Bursts | None = None,
+        cold: Sequence[float] = (),
         seed: int = 0,
     ) -> None:
         self.latencies = dict(latencies)
@@ -168,6 +172,17 @@ class ScriptedTimer(Timer):
         """How many calls were timed per variant name: what a test checks to see that all were measured."""
         self.slowed: dict[str, int] = {}
         """How many of those calls the scripted neighbours slowed, per variant name."""
+        self.cold = tuple(cold)
+        self._running: str | None = None
+        self._since_switch = 0
+
+    def _cold_extra(self, name: str) -> float:
+        """What the next call of ``name`` adds for caches that another variant's calls filled."""
+        if name != self._running:
+            self._running, self._since_switch = name, 0
+        extra = self.cold[self._since_switch] if self._since_switch < len(self.cold) else 0.0
+        self._since_switch += 1
+        return extra
 
     def latency(self, name: str, batch_size: int) -> float:
         given = self.latencies.get(name, self.default)
@@ -176,7 +191,8 @@ class ScriptedTimer(Timer):
         return float(given(batch_size)) if callable(given) else float(given)
 
     def warm(self, name: str, fn: Callable[..., Any], call: CallInputs, iterations: int) -> None:
-        return None
+        for _ in range(iterations):
+            self._cold_extra(name)
 
     def time(self, name: str, fn: Callable[..., Any], call: CallInputs, batch_size: int, calls: int) -> list[float]:
         return self.time_round(name, fn, call, batch_size, calls).latencies
@@ -190,6 +206,7 @@ class ScriptedTimer(Timer):
         cpu = 0.0
         for _ in range(calls):
             value = base * max(0.1, 1.0 + self.noise * self._random.gauss(0.0, 1.0)) if self.noise else base
+            value += self._cold_extra(name)
             if self.outlier_rate and self._random.random() < self.outlier_rate:
                 value *= self.outlier_factor
             own = value

@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import pytest
 
 from aitune_core.profiling.compare import EARLY_STOP_CONFIDENCE, MAX_ROUNDS, Variant, compare
@@ -309,3 +310,30 @@ def test_measurement_of_uses_the_median_it_is_given():
     measurement = Measurement.of([1e-3, 2e-3, 3e-3, 10e-3], batch_size=2, median=2e-3)
     assert measurement.median_ms == pytest.approx(2.0) and measurement.p90_ms == pytest.approx(10.0)
     assert measurement.throughput == pytest.approx(1000.0) and measurement.iterations == 4
+
+
+def test_rounds_are_timed_once_the_caches_hold_the_variant():
+    """The first calls after another variant ran refill the caches (scripted: 2, 1 and 0.3 ms more).
+
+    Timed, they weigh more on a fast variant than on a slow one, and squeeze every
+    speedup towards 1; the settling calls before each round leave them out.
+    """
+    latencies = {EAGER: 1e-3, "same": 1e-3, "fast": 0.6e-3}
+    cold = (2e-3, 1e-3, 0.3e-3)
+    config = ProfileConfig(window=8, min_rounds=5, min_time_s=0.0, max_time_s=1.0, round_time_s=0.012)
+    settled = compare(variants("same", "fast"), CALL, 1, config, ScriptedTimer(latencies, cold=cold), GATE)
+    assert settled.speedup("fast").median == pytest.approx(1 / 0.6)
+    assert settled.speedup("same").median == pytest.approx(1.0)
+    assert settled.measurement("fast").median_ms == pytest.approx(0.6)
+    unsettled_config = attrs.evolve(config, settle_calls=0)
+    unsettled = compare(variants("same", "fast"), CALL, 1, unsettled_config, ScriptedTimer(latencies, cold=cold), GATE)
+    assert unsettled.speedup("fast").median < 0.95 / 0.6
+    assert unsettled.measurement("fast").median_ms > 0.6
+
+
+def test_slow_calls_are_not_settled():
+    """A round of one call is not preceded by another: its refill is small beside the call, and time is short."""
+    timer = ScriptedTimer({EAGER: 20e-3, "x": 10e-3}, cold=(1e-3,))
+    comparison = compare(variants("x"), CALL, 1, CONFIG, timer, GATE)
+    assert timer.timed == {EAGER: 1 + comparison.round_count, "x": 1 + comparison.round_count}
+    assert comparison.measurement("x").median_ms == pytest.approx(11.0)  # every round's one call came after eager

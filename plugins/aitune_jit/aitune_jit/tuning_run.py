@@ -20,7 +20,7 @@ from aitune_core.log import get_logger
 from aitune_core.module.router import Route
 from aitune_core.module.wrapper import Module
 from aitune_core.reporting.summary import TuneReport
-from aitune_core.tuning import _device_of, _strategy_for, _tune_module, declared_specs
+from aitune_core.tuning import declared_specs, device_of, strategy_for, tune_module
 from aitune_jit.placement import place
 
 
@@ -40,15 +40,15 @@ def tune_recorded(module: Module, strategy: Any, executor: Any) -> Tuned:
     ``config.executor`` says.
     """
     started = time.perf_counter()
-    device = _device_of([module])
+    device = device_of([module])
     placement = place(module.module, module.strategy or strategy, executor, device)
     get_logger(module=module.name).info("jit: building", where=placement.reason)
-    chosen = _strategy_for(module, placement.strategy, device) if module.strategy is None else module.strategy
+    chosen = strategy_for(module, placement.strategy, device)
     where, owned = resolve_executor(placement.executor if placement.executor is not None else config.executor)
     owned = owned or placement.owned
     report = TuneReport()
     try:
-        routes = _tune_module(module, chosen, device, report, where, declared_specs(module))
+        routes = tune_module(module, chosen, device, report, where, declared_specs(module))
     finally:
         if owned:
             where.close()
