@@ -6,11 +6,12 @@ of Python that matter when the backend itself takes 0.1-0.2 ms (a small model at
 1 on a CPU). For ``model(x)`` all of that reduces to reading the tensor's rank, dtype
 and device, one dict lookup and its size ranges, which is what a lane does.
 
-A lane exists only when it gives exactly what the general path gives: when no plugin
-adds a part to graph keys, and when a one-argument call binds as given (validation
-called the backends that way too). Anything it does not recognize (another type, an
-untuned rank or dtype, a size outside the ranges, a tensor that requires grad while
-grad is on) goes the general way, which says why it falls back.
+A lane gives exactly what the general path gives: it exists only where a one-argument
+call binds as given (validation called the backends that way too), and where plugins
+add parts to graph keys it asks them on every call, as the key does. Anything it does
+not recognize (another type, an untuned rank or dtype, a size outside the ranges, a
+tensor that requires grad while grad is on, a call a plugin keys apart) goes the
+general way, which says why it falls back.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import torch
 
+from aitune_core.extensions import KeyParts
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.keying import tensor_key
 from aitune_core.module.router import Route
@@ -30,11 +32,12 @@ _PROBE = object()
 class SingleTensorLane:
     """The routes a lone positional tensor can take, by its part of the graph key (:func:`tensor_key`)."""
 
-    __slots__ = ("name", "routes")
+    __slots__ = ("key_parts", "name", "routes")
 
-    def __init__(self, name: str, routes: dict[Hashable, Route]) -> None:
+    def __init__(self, name: str, routes: dict[Hashable, Route], key_parts: KeyParts | None = None) -> None:
         self.name = name
         self.routes = routes
+        self.key_parts = key_parts
 
     def call_for(self, tensor: Any, grad_enabled: Callable[[], bool]) -> Any:
         """The callable that serves ``module(tensor)``, or None to take the general path."""
@@ -45,14 +48,16 @@ class SingleTensorLane:
             return None
         if tensor.requires_grad and grad_enabled():
             return None
+        if self.key_parts is not None and self.key_parts({self.name: tensor}) is not None:
+            return None  # a plugin keys this call apart: its graph is not the lone tensor's
         return route.pick({self.name: tensor}) if route.lower_calls else route.call
 
 
 def single_tensor_lane(
-    routes: dict[Hashable, Route], signature: ForwardSignature, key_parts: Callable[..., Any] | None
+    routes: dict[Hashable, Route], signature: ForwardSignature, key_parts: KeyParts | None
 ) -> SingleTensorLane | None:
     """The lane for ``routes``, or None where the general path must see every call."""
-    if key_parts is not None or not routes:
+    if not routes:
         return None
     try:
         arguments = signature.normalize((_PROBE,), {})
@@ -72,4 +77,4 @@ def single_tensor_lane(
         entry = key[0] if isinstance(key, tuple) and len(key) == 1 else None
         if isinstance(entry, tuple) and len(entry) == 2 and entry[0] == name and route.single is not None:
             found[entry[1]] = route
-    return SingleTensorLane(name, found) if found else None
+    return SingleTensorLane(name, found, key_parts) if found else None

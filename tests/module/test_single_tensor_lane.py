@@ -120,10 +120,28 @@ def test_no_lane_where_it_would_differ_from_the_general_path(unique_name: Callab
     tune_frozen(module)
     routes = module.routes
     assert single_tensor_lane(routes, module.signature, None) is not None
-    assert single_tensor_lane(routes, module.signature, lambda arguments: "plugin part") is None
     assert single_tensor_lane({}, module.signature, None) is None
     assert single_tensor_lane(routes, ForwardSignature(TwoInputs().forward), None) is None
     assert single_tensor_lane(routes, ForwardSignature(StarArgs().forward), None) is None
+
+
+def test_where_plugins_key_calls_the_lane_asks_them_on_every_call(unique_name: Callable[[str], str]) -> None:
+    """A plugin's part (a language model's decode phase, say) keys a call apart from the lone tensor's graph."""
+    module = ait.Module(mlp(), unique_name("plugin-keyed"))
+    tune_frozen(module)
+    parts: list[dict[str, Any]] = []
+
+    def none_for_small(arguments: dict[str, Any]) -> str | None:
+        parts.append(arguments)
+        (tensor,) = arguments.values()
+        return None if tensor.shape[0] < 3 else "apart"
+
+    lane = single_tensor_lane(module.routes, module.signature, none_for_small)
+    assert lane is not None
+    (route,) = module.routes.values()
+    assert lane.call_for(torch.randn(2, 8), torch.is_grad_enabled) is route.call
+    assert lane.call_for(torch.randn(3, 8), torch.is_grad_enabled) is None
+    assert [list(arguments) for arguments in parts] == [["input"], ["input"]]
 
 
 def test_star_args_modules_are_still_routed_the_general_way(unique_name: Callable[[str], str]) -> None:
