@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from module_helpers import FrozenBackend, mlp, one, samples, tune_frozen
 from torch import nn
 
 import aitune_core as ait
@@ -19,7 +20,6 @@ from aitune_core.exported.layout import IOLayout
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.module.lane import single_tensor_lane
 from aitune_core.module.router import RUN_EAGERLY, Route
-from tests.module.module_helpers import FrozenBackend, mlp, one, samples, tune_frozen
 
 
 class NormalizeSpy:
