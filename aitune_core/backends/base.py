@@ -294,7 +294,10 @@ class Backend(abc.ABC):
         return self._infer(*args, **kwargs)
 
     def inference_callable(self) -> Callable[..., Any]:
-        """The underlying callable that :meth:`__call__` ends in, for overhead measurements."""
+        """What routes call while the backend is ACTIVE or DEPLOYED: :meth:`_infer`, or a shorter way to its result.
+
+        It skips :meth:`__call__`'s state check; a route takes it again whenever it is activated.
+        """
         return self._infer
 
     # ------------------------------------------------------------------ to implement

@@ -50,7 +50,10 @@ class SingleTensorLane:
             return None
         if self.key_parts is not None and self.key_parts({self.name: tensor}) is not None:
             return None  # a plugin keys this call apart: its graph is not the lone tensor's
-        return route.pick({self.name: tensor}) if route.lower_calls else route.call
+        if not route.lower_calls:
+            return route.call
+        _, axis, multiplier = route.batch_axis  # type: ignore[misc]  # set wherever lower_calls are
+        return route.call_at(tensor.shape[axis] // multiplier)
 
 
 def single_tensor_lane(

@@ -185,7 +185,10 @@ class Route:
             return self.call
         check, axis, multiplier = self.batch_axis
         tensor = arguments[check.root] if check.root is not None else check.locator.get(arguments)
-        batch = tensor.shape[axis] // multiplier
+        return self.call_at(tensor.shape[axis] // multiplier)
+
+    def call_at(self, batch: int) -> Any:
+        """The callable for batch size ``batch`` (of a route with lower ranges, see :meth:`pick`)."""
         for up_to, call in self.lower_calls:
             if batch <= up_to:
                 return call

@@ -417,3 +417,23 @@ class BackendConformance:
         for context in run.contexts:
             backend = self.built(run, context)
             self.assert_matches_eager(run, backend, which)
+
+    @pytest.mark.parametrize("which", SHAPES)
+    def test_inference_callable_gives_what_calls_give(
+        self, aitune_conformance: ConformanceRun, which: ShapeChoice, tmp_path: Path
+    ) -> None:
+        """Routes call :meth:`Backend.inference_callable`: it must return exactly what calling the backend does,
+        built, and restored from a checkpoint and deployed."""
+        run = aitune_conformance
+        for context in run.contexts:
+            built = self.built(run, context)
+            restored = self.round_trip(self.built(run, context), tmp_path / context.graph_spec.name)
+            restored.deploy(context)
+            for backend in (built, restored):
+                sample = context.samples[0]
+                inputs = to_device(context.graph_spec.input_spec.make_shape(sample.arguments, which), run.device)
+                args, kwargs = context.signature.bind(inputs)
+                with torch.no_grad():
+                    expected = backend(*args, **kwargs)
+                    actual = backend.inference_callable()(*args, **kwargs)
+                assert_outputs_close(actual, expected, self.rtol, self.atol, f"inference_callable at {which} shapes")

@@ -138,6 +138,9 @@ def test_wrong_outputs_fail_only_where_they_are_wrong(outcomes: dict[str, str]) 
         "test_round_trip_then_activate",
         "test_round_trip_then_deploy",
         "test_blueprint_is_unbuilt",
+        # eager's inference_callable is the module itself: routes would serve what calls do not give
+        "test_inference_callable_gives_what_calls_give[opt]",
+        "test_inference_callable_gives_what_calls_give[max]",
     }
     assert outcomes["TestWrongAtLargeBatch::test_matches_eager_at_shape[min]"] == "PASSED"
 

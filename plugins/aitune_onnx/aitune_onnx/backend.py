@@ -221,6 +221,9 @@ class ONNXRuntimeBackend(ONNXExportedGraphBackend):
         assert layout is not None and runner is not None
         return layout.rebuild(runner.run(self._flatten_call(args, kwargs)))
 
+    def _one_tensor_call(self, output: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        return None if self._runner is None else self._runner.one_tensor_call(output)
+
 
 def plain_file_name(key: str, value: Any) -> str:
     """``value`` when it is a bare file name; a ValueError naming ``key`` otherwise.

@@ -15,7 +15,7 @@ through DLPack, again without a copy.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -197,6 +197,22 @@ class OrtRunner:
     @property
     def providers(self) -> list[str]:
         return list(self.session.get_providers())
+
+    def one_tensor_call(self, output: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """:meth:`run` for a model of one input, returning output ``output`` alone; None where IO binding is used.
+
+        The same session call with the layers of lists and loops taken out: at batch 1 a
+        small model's whole call is 0.1-0.2 ms, and they cost a tenth of it.
+        """
+        if self._io_binding or len(self._inputs) != 1 or self._inputs[0][0] != 0:
+            return None
+        run, (_, name), wanted = self.session.run, self._inputs[0], [self._outputs[output]]
+        from_numpy = torch.from_numpy
+
+        def call(tensor: torch.Tensor) -> torch.Tensor:
+            return from_numpy(run(wanted, {name: tensor.detach().contiguous().numpy()})[0])
+
+        return call
 
     def run(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Run the model on ``tensors`` (one per input name given at construction)."""

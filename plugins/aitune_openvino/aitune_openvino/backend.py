@@ -12,6 +12,7 @@ and TensorRT backends share.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,9 @@ class OpenVINOBackend(ExportedGraphBackend):
         layout, compiled = self._layout, self._compiled
         assert layout is not None and compiled is not None
         return layout.rebuild(compiled.run(self._flatten_call(args, kwargs)))
+
+    def _one_tensor_call(self, output: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        return None if self._compiled is None else self._compiled.one_tensor_call(output)
 
     # ------------------------------------------------------------------ persistence
     def _artifact_paths(self) -> dict[str, Path | None]:

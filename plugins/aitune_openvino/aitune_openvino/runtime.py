@@ -20,6 +20,7 @@ its own infer request, since a request runs one call at a time.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -126,6 +127,30 @@ class CompiledIR:
         request.infer()
         del arrays
         return [torch.from_numpy(request.get_output_tensor(index).data) for index in range(len(self._outputs))]
+
+    def one_tensor_call(self, output: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """:meth:`run` for an IR of one input, returning output ``output`` alone; None for other IRs.
+
+        The same request calls with the lists and loops around them taken out, for the
+        calls where they show (a small model at batch 1 runs in 0.1-0.3 ms).
+        """
+        if self.input_count != 1:
+            return None
+        local, create = self._local, self.compiled.create_infer_request
+        ov_tensor, outputs, from_numpy = self._ov_tensor, self._outputs, torch.from_numpy
+
+        def call(tensor: torch.Tensor) -> torch.Tensor:
+            request = getattr(local, "request", None)
+            if request is None:
+                request = local.request = create()
+            array = tensor.detach().contiguous().numpy()  # held until the call returns, as in run()
+            request.set_input_tensor(0, ov_tensor(array, shared_memory=True))
+            for index, (element_type, shape) in enumerate(outputs):
+                request.set_output_tensor(index, ov_tensor(element_type, shape))
+            request.infer()
+            return from_numpy(request.get_output_tensor(output).data)
+
+        return call
 
 
 def _as_array(tensor: torch.Tensor) -> Any:
