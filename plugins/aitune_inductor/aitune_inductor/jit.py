@@ -108,6 +108,8 @@ class TorchInductorJitBackend(Backend):
         self._cache_sha256 = ""
         self._cache_pending = False
         """Restored with a compile cache not yet put into this process's caches (or left out, untrusted)."""
+        self._restored_without_cache = False
+        """Restored from a checkpoint that holds no compile cache: the first activation compiles, and says so."""
         self._warm_up_kind = _BOUNDED
         """How the kept compile marked its axes (see :func:`_mark_first_call`); stored with the backend."""
         self._first_call = ""
@@ -297,6 +299,14 @@ class TorchInductorJitBackend(Backend):
             )
         if self._cache_pending:
             self._load_compile_cache(self.context)
+        elif self._restored_without_cache:
+            self._restored_without_cache = False
+            get_logger(module=self.context.module_name, graph=self.context.graph_spec.name).warning(
+                "the checkpoint holds no compile cache for this backend (the torch that tuned it could not save "
+                "one): compiling at load, as tuning did; tune and save again with this torch to keep the kernels",
+                backend=self.describe(),
+            )
+            self.build_info["compile_cache"] = "none in the checkpoint"
         # Dynamo's and Inductor's caches make this fast when the same module was compiled before.
         self._compile_and_warm_up(self.context)
 
@@ -347,6 +357,7 @@ class TorchInductorJitBackend(Backend):
         self._warm_up_kind = kind
         path = artifacts.get(compile_cache.COMPILE_CACHE_ARTIFACT)
         if path is None:
+            self._restored_without_cache = True
             return
         sha256 = extra.get("compile_cache_sha256")
         if not isinstance(sha256, str) or len(sha256) != 64:

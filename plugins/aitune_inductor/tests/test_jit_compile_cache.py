@@ -167,3 +167,22 @@ def test_a_compile_cache_whose_manifest_hash_was_rewritten_too_is_refused(
         ait.load(model, path, trust_native_code=True)
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, before[name])
+
+
+@pytest.mark.slow
+def test_a_checkpoint_without_a_compile_cache_says_it_compiles_at_load(
+    saved: TunedCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As a checkpoint tuned with a torch that could not save compile caches would be.
+    path = tmp_path / "without-cache"
+    shutil.copytree(saved.path, path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    backend = manifest["modules"][0]["graphs"][0]["backend"]
+    (path / backend["artifacts"].pop(COMPILE_CACHE_ARTIFACT)["path"]).unlink()
+    del backend["extra"]["compile_cache_sha256"]
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    loaded = ait.load(build_model(), path, trust_native_code=True)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(saved.x), saved.y, rtol=1e-5, atol=1e-5)
+    log = capsys.readouterr().err
+    assert "holds no compile cache" in log and "compiling at load" in log
