@@ -28,6 +28,7 @@ from aitune_core.exported.layout import (
     layout_from_context,
 )
 from aitune_core.exported.names import io_names, sanitize, unique_names
+from aitune_core.exported.quiet import quiet_export
 
 __all__ = [
     "ConstantMismatchError",
@@ -43,6 +44,7 @@ __all__ = [
     "io_names",
     "layout_from_context",
     "modes_kept",
+    "quiet_export",
     "sanitize",
     "unique_names",
 ]

@@ -21,10 +21,8 @@ Nothing here imports onnx, onnxscript or onnxruntime at module import time.
 from __future__ import annotations
 
 import contextlib
-import logging
 import re
 import time
-import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +31,7 @@ import attrs
 import torch
 
 from aitune_core.plugin_api import ForwardSignature, GraphSpec, Sample
-from aitune_core.plugin_api.exported import FlatModule, IOLayout, OutputMismatchError, modes_kept
+from aitune_core.plugin_api.exported import FlatModule, IOLayout, OutputMismatchError, modes_kept, quiet_export
 from aitune_core.plugin_api.exported import example_call as _example_call
 from aitune_onnx import dims
 
@@ -198,7 +196,7 @@ def export_graph(
     for exporter in order:
         _remove_outputs(path)
         try:
-            with torch.no_grad(), _quiet(), modes_kept(module):
+            with torch.no_grad(), quiet_export(*_EXPORTER_LOGGERS), modes_kept(module):
                 _run_exporter(exporter, adapter, tensors, graph_spec, layout, path, config)
         except Exception as error:
             message, op = describe_failure(exporter, error)
@@ -238,21 +236,11 @@ def example_call(
         raise ExportError(str(error)) from error
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Exporters warn about things aitune already handles (axis names shared on purpose,
-    the TorchScript exporter's deprecation, traced size arithmetic, which validation
-    checks at min, opt and max) and log, on every export, that torchvision's operators
-    are skipped when torchvision is not installed; keep them out of users' consoles."""
-    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
-    level = registration.level
-    registration.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        registration.setLevel(level)
+_EXPORTER_LOGGERS = ("torch.onnx._internal.exporter._registration",)
+"""Besides the warnings about what aitune handles (axis names shared on purpose, the
+TorchScript exporter's deprecation, traced size arithmetic that validation checks at
+min, opt and max), the exporter logs on every export that torchvision's operators are
+skipped when torchvision is not installed."""
 
 
 def _run_exporter(

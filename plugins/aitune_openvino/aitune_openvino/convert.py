@@ -20,11 +20,8 @@ OpenVINO at module import time.
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import time
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +29,7 @@ import attrs
 import torch
 
 from aitune_core.plugin_api import ForwardSignature, GraphSpec, Sample
-from aitune_core.plugin_api.exported import IOLayout, flat_dynamic_shapes, flat_inputs, modes_kept
+from aitune_core.plugin_api.exported import IOLayout, flat_dynamic_shapes, flat_inputs, modes_kept, quiet_export
 from aitune_openvino.config import OpenVINOConfig
 
 if TYPE_CHECKING:
@@ -101,7 +98,7 @@ def convert_graph(
     model = None
     for route in routes:
         try:
-            with torch.no_grad(), modes_kept(module), _quiet():
+            with torch.no_grad(), modes_kept(module), quiet_export("torch._export"):
                 if route == "export":
                     dims = flat_dynamic_shapes(graph, layout)
                     program = torch.export.export(adapter, tensors, dynamic_shapes=dims, strict=False)
@@ -207,18 +204,3 @@ def describe_failure(error: BaseException) -> str:
 def _first_line(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
     return lines[0] if lines else ""
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Exporting and tracing warn about what validation checks anyway (traced size arithmetic,
-    deprecations); keep that out of users' consoles."""
-    exporter = logging.getLogger("torch._export")
-    level = exporter.level
-    exporter.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        exporter.setLevel(level)
