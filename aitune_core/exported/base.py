@@ -123,7 +123,7 @@ class ExportedGraphBackend(Backend):
         At batch 1 a small model's runtime call takes 0.1-0.2 ms, and each layer of Python
         around it shows: flattening the call, a list per side and rebuilding the output
         cost 10-20 us per call in a process whose model weights stream through the CPU's
-        caches on every call (docs/benchmarks.md, "OpenVINO vs ONNX Runtime vs Inductor").
+        caches on every call (docs/benchmarks.md, "After the one-tensor call").
         A call of any other form still goes through ``_infer``.
         """
         layout = self._layout

@@ -30,6 +30,7 @@ from aitune_core.plugin_api import (
     Availability,
     Backend,
     BackendConfig,
+    BackendState,
     BuildContext,
     Locator,
     Tolerances,
@@ -108,8 +109,6 @@ class TorchInductorJitBackend(Backend):
         self._cache_sha256 = ""
         self._cache_pending = False
         """Restored with a compile cache not yet put into this process's caches (or left out, untrusted)."""
-        self._restored_without_cache = False
-        """Restored from a checkpoint that holds no compile cache: the first activation compiles, and says so."""
         self._warm_up_kind = _BOUNDED
         """How the kept compile marked its axes (see :func:`_mark_first_call`); stored with the backend."""
         self._first_call = ""
@@ -299,8 +298,8 @@ class TorchInductorJitBackend(Backend):
             )
         if self._cache_pending:
             self._load_compile_cache(self.context)
-        elif self._restored_without_cache:
-            self._restored_without_cache = False
+        elif self._cache_file is None and self.state is BackendState.CHECKPOINT_LOADED:
+            # Restored from a checkpoint that holds no compile cache: this activation compiles, and says so.
             get_logger(module=self.context.module_name, graph=self.context.graph_spec.name).warning(
                 "the checkpoint holds no compile cache for this backend (the torch that tuned it could not save "
                 "one): compiling at load, as tuning did; tune and save again with this torch to keep the kernels",
@@ -357,7 +356,6 @@ class TorchInductorJitBackend(Backend):
         self._warm_up_kind = kind
         path = artifacts.get(compile_cache.COMPILE_CACHE_ARTIFACT)
         if path is None:
-            self._restored_without_cache = True
             return
         sha256 = extra.get("compile_cache_sha256")
         if not isinstance(sha256, str) or len(sha256) != 64:

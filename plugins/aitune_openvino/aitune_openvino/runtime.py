@@ -136,14 +136,11 @@ class CompiledIR:
         """
         if self.input_count != 1:
             return None
-        local, create = self._local, self.compiled.create_infer_request
-        ov_tensor, outputs, from_numpy = self._ov_tensor, self._outputs, torch.from_numpy
+        request_for, ov_tensor, outputs, from_numpy = self._request, self._ov_tensor, self._outputs, torch.from_numpy
 
         def call(tensor: torch.Tensor) -> torch.Tensor:
-            request = getattr(local, "request", None)
-            if request is None:
-                request = local.request = create()
-            array = tensor.detach().contiguous().numpy()  # held until the call returns, as in run()
+            request = request_for()
+            array = _as_array(tensor)  # held until the call returns, as in run()
             request.set_input_tensor(0, ov_tensor(array, shared_memory=True))
             for index, (element_type, shape) in enumerate(outputs):
                 request.set_output_tensor(index, ov_tensor(element_type, shape))

@@ -58,10 +58,13 @@ def test_each_thread_gets_its_own_request_on_the_short_call() -> None:
     failures: list[str] = []
 
     def serve(batch: int) -> None:
-        with torch.no_grad():
-            for _ in range(20):
-                if not torch.allclose(wrapped(inputs[batch]), expected[batch], rtol=1e-4, atol=1e-5):
-                    failures.append(f"batch {batch}")
+        try:
+            with torch.no_grad():
+                for _ in range(20):
+                    if not torch.allclose(wrapped(inputs[batch]), expected[batch], rtol=1e-4, atol=1e-5):
+                        failures.append(f"batch {batch}: wrong outputs")
+        except Exception as error:  # a request shared between threads raises (busy) rather than answering
+            failures.append(f"batch {batch}: {error!r}")
 
     threads = [threading.Thread(target=serve, args=(batch,)) for batch in inputs]
     for thread in threads:
