@@ -22,7 +22,11 @@ is tuned at, six variants run in one process, measured in alternating rounds
 
 Reported per model and batch size: median milliseconds per call, speedup over eager,
 what aitune routed that size to, and aitune's time as a fraction of the best of the
-three raw runtimes (target >= 0.95). With ``AITUNE_BENCH_LOAD=1`` everything, tuning
+three raw runtimes (target >= 0.95). That fraction is measured apart from the rounds:
+aitune and each raw runtime in 200 back-to-back pairs (``bench.timing.paired_ratios``),
+the best being the runtime whose paired median is lowest, with a 90% interval of that
+median. Ratios of the rounds' medians are kept beside it (``ratio_of_medians``).
+With ``AITUNE_BENCH_LOAD=1`` everything, tuning
 included, runs beside two bursty CPU neighbours (:mod:`bench.neighbours`).
 
 ``python -m bench openvino`` runs it as a registered suite; ``python -m bench.openvino
@@ -46,7 +50,7 @@ from tabulate import tabulate
 from bench import backend_report
 from bench.neighbours import bursty_neighbours, load_wanted
 from bench.onnx import _raw_ort
-from bench.timing import Options, Result, Stats, median
+from bench.timing import Options, Result, Stats, median, median_interval, paired_ratios
 
 TUNED_SIZES = {"cnn": [1, 8, 32], "mlp": [1, 16, 64], "transformer": [1, 4, 16]}
 RAW = ("OpenVINO", "ORT", "AOTI")
@@ -89,7 +93,19 @@ def _raw_aoti(model: torch.nn.Module, example: torch.Tensor, high: int, folder: 
     return torch._inductor.aoti_load_package(path)
 
 
-def bench_model(name: str, sizes: list[int], threads: int, rounds: int, folder: Path) -> dict[str, Any]:
+def _paired_with_aitune(deployed: dict[str, Any], batch: torch.Tensor, pairs: int) -> dict[str, Any]:
+    """Each raw runtime's time over aitune's, measured in back-to-back pairs (``bench.timing.paired_ratios``)."""
+    found = {}
+    with torch.no_grad():
+        for variant in RAW:
+            ratios = paired_ratios(lambda v=variant: deployed[v](batch), lambda: deployed["aitune"](batch), pairs)
+            found[variant] = {"median": median(ratios), "interval": median_interval(ratios), "pairs": pairs}
+    return found
+
+
+def bench_model(
+    name: str, sizes: list[int], threads: int, rounds: int, folder: Path, pairs: int = 200
+) -> dict[str, Any]:
     """One demo model: deployed by hand three ways and tuned by aitune, then timed at each of ``sizes``."""
     from aitune_inductor import TorchInductorAotBackend
     from aitune_onnx import ONNXRuntimeBackend
@@ -124,13 +140,17 @@ def bench_model(name: str, sizes: list[int], threads: int, rounds: int, folder: 
                     raise AssertionError(f"{name} batch {size}: {variant} does not match eager")
         times = backend_report.measure_variants(deployed, batch, rounds)
         medians = {variant: median(values) for variant, values in times.items()}
-        best = min(RAW, key=lambda variant: medians[variant])
+        paired = _paired_with_aitune(deployed, batch, pairs)
+        best = min(RAW, key=lambda variant: paired[variant]["median"])
         serving = graph.serving_at(size)
         results["sizes"][size] = {
             "medians_ms": {variant: value * 1e3 for variant, value in medians.items()},
             "speedup_vs_eager": {variant: medians["eager"] / value for variant, value in medians.items()},
             "best_raw": best,
-            "aitune_vs_best_raw": medians[best] / medians["aitune"],
+            "aitune_vs_best_raw": paired[best]["median"],
+            "aitune_vs_best_raw_interval": paired[best]["interval"],
+            "paired_vs_aitune": paired,
+            "ratio_of_medians": {variant: medians[variant] / medians["aitune"] for variant in RAW},
             "routed_to": serving.backend.split("(")[0] if serving is not None else "eager",
             "_times": times,
         }
@@ -165,7 +185,8 @@ def table(results: dict[str, Any]) -> str:
                     size,
                     *(f"{medians[v]:.3f} ({numbers['speedup_vs_eager'][v]:.2f}x)" for v in variants),
                     numbers["routed_to"],
-                    f"{numbers['aitune_vs_best_raw']:.2f} of {numbers['best_raw']}",
+                    f"{numbers['aitune_vs_best_raw']:.3f} of {numbers['best_raw']} "
+                    f"[{numbers['aitune_vs_best_raw_interval'][0]:.3f}-{numbers['aitune_vs_best_raw_interval'][1]:.3f}]",
                 ]
             )
     headers = ["model", "batch", *(f"{v} ms" for v in variants), "aitune routes to", "aitune vs best raw"]

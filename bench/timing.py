@@ -126,6 +126,44 @@ def alternate(
     return results
 
 
+def paired_ratios(
+    first: Callable[[], Any], second: Callable[[], Any], pairs: int, target_s: float = 0.01
+) -> list[float]:
+    """Per pair, ``first``'s seconds per call over ``second``'s, the two measured back to back.
+
+    Medians taken over separate rounds keep the machine's drift between rounds: two
+    runs of one ONNX Runtime callable under two names differed by up to 7% that way
+    (docs/benchmarks.md). Two measurements a few milliseconds apart share the machine's
+    state, so their ratio does not; the order alternates from pair to pair, so going
+    first favours neither. Each measurement lasts about ``target_s``.
+    """
+    number = max(1, calibrate(first, target_s=target_s))
+    ratios = []
+    for index in range(pairs):
+        if index % 2:
+            b = per_call(second, number)
+            a = per_call(first, number)
+        else:
+            a = per_call(first, number)
+            b = per_call(second, number)
+        ratios.append(a / b)
+    return ratios
+
+
+def median_interval(values: Sequence[float], z: float = 1.645) -> tuple[float, float]:
+    """A 90% confidence interval of the median (``z`` = 1.645), from the order statistics.
+
+    Distribution-free: the ranks ``n/2 -+ z*sqrt(n)/2`` bound the median with that
+    confidence whatever the values' distribution (the binomial's normal approximation).
+    """
+    ordered = sorted(values)
+    n = len(ordered)
+    half = z * math.sqrt(n) / 2
+    low = max(0, math.floor(n / 2 - half))
+    high = min(n - 1, math.ceil(n / 2 + half) - 1)
+    return ordered[low], ordered[high]
+
+
 def run_python(code: str, runs: int, env: Mapping[str, str] | None = None) -> list[float]:
     """Run ``python -c code`` in ``runs`` fresh processes; each must print one number."""
     values = []

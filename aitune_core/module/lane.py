@@ -16,21 +16,22 @@ general way, which says why it falls back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from typing import Any
 
 import torch
 
 from aitune_core.extensions import KeyParts
 from aitune_core.graphs.forward_signature import ForwardSignature
-from aitune_core.graphs.keying import tensor_key
 from aitune_core.module.router import Route
 
 _PROBE = object()
+_TENSOR = torch.Tensor
+_grad_enabled = torch.is_grad_enabled
 
 
 class SingleTensorLane:
-    """The routes a lone positional tensor can take, by its part of the graph key (:func:`tensor_key`)."""
+    """The routes a lone positional tensor can take, by its part of the graph key (``tensor_key``)."""
 
     __slots__ = ("key_parts", "name", "routes")
 
@@ -39,14 +40,19 @@ class SingleTensorLane:
         self.routes = routes
         self.key_parts = key_parts
 
-    def call_for(self, tensor: Any, grad_enabled: Callable[[], bool]) -> Any:
-        """The callable that serves ``module(tensor)``, or None to take the general path."""
-        if type(tensor) is not torch.Tensor:
+    def call_for(self, tensor: Any) -> Any:
+        """The callable that serves ``module(tensor)``, or None to take the general path.
+
+        It reads the tensor and nothing else, so the wrapper asks it before its staleness
+        watch, whose tick a call must not spend unless it is routed.
+        """
+        if type(tensor) is not _TENSOR:
             return None
-        route = self.routes.get(tensor_key(tensor))
+        # tensor_key(tensor), spelled out: at batch 1 every call saved shows (docs/benchmarks.md).
+        route = self.routes.get(("T", tensor.dim(), tensor.dtype, "cpu" if tensor.is_cpu else tensor.device.type))
         if route is None or not route.single.fits(tensor.shape):  # type: ignore[union-attr]
             return None
-        if tensor.requires_grad and grad_enabled():
+        if tensor.requires_grad and _grad_enabled():
             return None
         if self.key_parts is not None and self.key_parts({self.name: tensor}) is not None:
             return None  # a plugin keys this call apart: its graph is not the lone tensor's

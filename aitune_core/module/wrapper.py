@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import threading
-import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any
 
@@ -41,6 +40,7 @@ from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.log import get_logger
 from aitune_core.module.lane import single_tensor_lane
 from aitune_core.module.recorder import GraphRecord, GraphRecorder
+from aitune_core.module.registry import ModuleRegistry
 from aitune_core.module.router import RUN_EAGERLY, Route, UnseenCalls
 from aitune_core.module.session import current_session, open_session, sessions_open
 from aitune_core.module.staleness import GRAD_CHANGE, Change, Watch
@@ -60,38 +60,7 @@ class UnsupportedCallError(RuntimeError):
     """A tuned module got a call it was not tuned for, and ``config.fallback == "raise"``."""
 
 
-class ModuleRegistry:
-    """Every live wrapped module, by name. Names are unique; dead wrappers free theirs."""
-
-    def __init__(self) -> None:
-        self._modules: weakref.WeakValueDictionary[str, Module] = weakref.WeakValueDictionary()
-        self._lock = threading.Lock()
-
-    def add(self, module: Module) -> None:
-        with self._lock:
-            existing = self._modules.get(module.name)
-            if existing is not None and existing is not module:
-                raise ValueError(
-                    f"an aitune module named {module.name!r} already exists (wrapping "
-                    f"{type(existing.module).__name__}); give each aitune_core.Module a unique name"
-                )
-            self._modules[module.name] = module
-
-    def remove(self, module: Module) -> None:
-        with self._lock:
-            if self._modules.get(module.name) is module:
-                del self._modules[module.name]
-
-    @property
-    def modules(self) -> dict[str, Module]:
-        with self._lock:
-            return dict(self._modules)
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-
-MODULE_REGISTRY = ModuleRegistry()
+MODULE_REGISTRY: ModuleRegistry[Module] = ModuleRegistry()
 
 # torch's process-wide hook registries, mutated in place when hooks are registered.
 _GLOBAL_FORWARD_HOOKS = torch.nn.modules.module._global_forward_hooks
@@ -272,24 +241,40 @@ class Module(nn.Module):
             or _GLOBAL_BACKWARD_PRE_HOOKS
         ):
             return super().__call__(*args, **kwargs)
+        lane = self._lane
+        if lane is not None and len(args) == 1 and not kwargs and self._state is _TUNED:
+            # forward's routed model(x), one frame shorter: at batch 1 each frame shows.
+            call = lane.call_for(args[0])
+            if call is not None:
+                watch = self._watch
+                if watch.alarm or next(watch.tick) or watch.inner.training is not watch.training:
+                    return self._checked(args, kwargs)
+                return self._inner(*args) if call is RUN_EAGERLY else call(*args)
         return self.forward(*args, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self._state is not _TUNED:
             return self._unrouted(args, kwargs)
         watch = self._watch
-        change: Change | None = None
         if watch.alarm or next(watch.tick) or watch.inner.training is not watch.training:
-            alarmed = watch.alarm
-            watch.alarm = False  # cleared before looking, so an alarm raised meanwhile stays raised
-            if sessions_open():
-                watch.alarm = True
-                if current_session() is not None:
-                    return self._recorder.record(self._inner, args, kwargs)
-            change = watch.check(walk=not alarmed or next(watch.tick))
+            return self._checked(args, kwargs)
+        return self._routed(args, kwargs, None)
+
+    def _checked(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A call that the staleness watch flagged: look at the module, then route it or bypass."""
+        watch = self._watch
+        alarmed = watch.alarm
+        watch.alarm = False  # cleared before looking, so an alarm raised meanwhile stays raised
+        if sessions_open():
+            watch.alarm = True
+            if current_session() is not None:
+                return self._recorder.record(self._inner, args, kwargs)
+        return self._routed(args, kwargs, watch.check(walk=not alarmed or next(watch.tick)))
+
+    def _routed(self, args: tuple[Any, ...], kwargs: dict[str, Any], change: Change | None) -> Any:
         lane = self._lane
         if lane is not None and change is None and len(args) == 1 and not kwargs:
-            call = lane.call_for(args[0], _grad_enabled)
+            call = lane.call_for(args[0])
             if call is not None:
                 return self._inner(*args) if call is RUN_EAGERLY else call(*args)
         arguments = self._signature.normalize(args, kwargs)

@@ -99,10 +99,10 @@ def test_the_lane_follows_batch_ranges(unique_name: Callable[[str], str]) -> Non
     routes = {spec.key: Route(spec, main, [(2, None), (8, small)])}
     lane = single_tensor_lane(routes, module.signature, None)
     assert lane is not None
-    picks = {batch: lane.call_for(torch.randn(batch, 8), torch.is_grad_enabled) for batch in (1, 2, 3, 8, 9, 16, 17)}
+    picks = {batch: lane.call_for(torch.randn(batch, 8)) for batch in (1, 2, 3, 8, 9, 16, 17)}
     assert picks == {1: RUN_EAGERLY, 2: RUN_EAGERLY, 3: small, 8: small, 9: main, 16: main, 17: None}
-    assert lane.call_for(torch.randn(3, 9), torch.is_grad_enabled) is None  # a fixed size differs
-    assert lane.call_for(nn.Parameter(torch.randn(3, 8)), torch.is_grad_enabled) is None  # not a plain tensor
+    assert lane.call_for(torch.randn(3, 9)) is None  # a fixed size differs
+    assert lane.call_for(nn.Parameter(torch.randn(3, 8))) is None  # not a plain tensor
 
 
 class TwoInputs(nn.Module):
@@ -139,8 +139,8 @@ def test_where_plugins_key_calls_the_lane_asks_them_on_every_call(unique_name: C
     lane = single_tensor_lane(module.routes, module.signature, none_for_small)
     assert lane is not None
     (route,) = module.routes.values()
-    assert lane.call_for(torch.randn(2, 8), torch.is_grad_enabled) is route.call
-    assert lane.call_for(torch.randn(3, 8), torch.is_grad_enabled) is None
+    assert lane.call_for(torch.randn(2, 8)) is route.call
+    assert lane.call_for(torch.randn(3, 8)) is None
     assert [list(arguments) for arguments in parts] == [["input"], ["input"]]
 
 

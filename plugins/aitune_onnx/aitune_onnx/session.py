@@ -210,7 +210,9 @@ class OrtRunner:
         from_numpy = torch.from_numpy
 
         def call(tensor: torch.Tensor) -> torch.Tensor:
-            return from_numpy(run(wanted, {name: tensor.detach().contiguous().numpy()})[0])
+            if tensor.requires_grad:  # a detach on every call costs a tensor object; numpy() refuses only these
+                tensor = tensor.detach()
+            return from_numpy(run(wanted, {name: tensor.contiguous().numpy()})[0])
 
         return call
 

@@ -55,6 +55,8 @@ def test_a_lone_tensor_skips_flattening_and_gives_the_same_outputs(monkeypatch: 
         assert torch.equal(wrapped(x=inputs[0]), full[0])  # bound as the forward takes it: by position
         with pytest.raises(AssertionError, match="flattened"):
             backend.inference_callable()(x=inputs[0])  # a keyword call on its own takes the full path
+    needs_grad = inputs[0].clone().requires_grad_()  # with grad on, numpy() refuses it undetached
+    assert torch.equal(backend.inference_callable()(needs_grad), full[0])
 
 
 def test_a_graph_with_two_outputs_keeps_the_full_path() -> None:

@@ -151,9 +151,9 @@ class CompiledIR:
 
 
 def _as_array(tensor: torch.Tensor) -> Any:
-    if not tensor.is_contiguous():
-        tensor = tensor.contiguous()
-    return tensor.detach().numpy()
+    if tensor.requires_grad:  # numpy() refuses only these; a detach on every call costs a tensor object
+        tensor = tensor.detach()
+    return tensor.contiguous().numpy()
 
 
 def _start_shape(shape: openvino.PartialShape) -> list[int]:

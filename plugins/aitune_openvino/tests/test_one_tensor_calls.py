@@ -48,6 +48,8 @@ def test_a_lone_tensor_skips_flattening_and_gives_the_same_outputs(monkeypatch: 
             torch.testing.assert_close(wrapped(x), model(x))
         with pytest.raises(AssertionError, match="flattened"):
             backend.inference_callable()(images=inputs[0])  # a keyword call on its own takes the full path
+    needs_grad = inputs[0].clone().requires_grad_()  # with grad on, numpy() refuses it undetached
+    assert torch.equal(backend.inference_callable()(needs_grad), full[0])
 
 
 def test_each_thread_gets_its_own_request_on_the_short_call() -> None:
