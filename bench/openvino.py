@@ -204,7 +204,11 @@ def as_results(results: dict[str, Any]) -> list[Result]:
                         f", routed to {numbers['routed_to']}, {numbers['aitune_vs_best_raw']:.3f} of "
                         f"{numbers['best_raw']} (target >= {TARGET})"
                     )
-                extra = {"threads": results["threads"], "load": results["load"]}
+                extra: dict[str, Any] = {"threads": results["threads"], "load": results["load"]}
+                if variant == "aitune":
+                    extra["vs_best_raw_interval"] = numbers["aitune_vs_best_raw_interval"]
+                    extra["paired_vs_aitune"] = numbers["paired_vs_aitune"]
+                    extra["ratio_of_medians"] = numbers["ratio_of_medians"]
                 rows.append(Result(f"{name} batch {size}", variant, Stats.of(values), "ms", None, note, extra=extra))
     return rows
 
