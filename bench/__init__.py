@@ -30,6 +30,7 @@ SUITES: dict[str, str] = {
     "dynamic": "bench.dynamic",
     "jit": "bench.jit",
     "jit_serving": "bench.jit_serving",
+    "jit_load": "bench.jit_load",
     "wrap": "bench.wrap",
     "tuning_time": "bench.tuning_time",
     "accuracy": "bench.accuracy",

@@ -101,17 +101,21 @@ def serving(wrapped: ait.Module) -> dict[str, str]:
     """For each phase, the backend that serves its calls (and the eager ranges, if any)."""
     found = {}
     for key, route in wrapped.routes.items():
-        served = [type(b).__name__ for b in route.backends]
+        served = []
+        for backend in route.backends:
+            precompiled = backend.build_info.get("precompiled")
+            if isinstance(precompiled, dict) and "loaded" in precompiled:
+                functions = precompiled["loaded"]["functions"]
+                served.append(f"{type(backend).__name__}, precompiled ({functions} function(s), no compiling)")
+            elif backend.is_jit and not isinstance(backend, ait.TorchEagerBackend):
+                # Without precompiled graphs (or without trust_native_code) a JIT backend
+                # compiles at load from the stored samples, or at the graph's first call.
+                samples = key in wrapped.graphs and wrapped.graphs[key].samples
+                served.append(f"{type(backend).__name__}, compiles {'at load' if samples else 'on its first call'}")
+            else:
+                served.append(type(backend).__name__)
         if route.eager_up_to is not None:
             served.append(f"eager up to batch {route.eager_up_to}")
-        if (
-            key in wrapped.graphs
-            and not wrapped.graphs[key].samples
-            and any(b.is_jit and not isinstance(b, ait.TorchEagerBackend) for b in route.backends)
-        ):
-            # A checkpoint stores samples of plain structures only, not cache objects: a JIT
-            # backend of such a graph compiles on the graph's first call instead of at load.
-            served.append("compiles on its first call")
         found[phase_of(key)] = ", ".join(served)
     return dict(sorted(found.items(), key=lambda item: item[0] != "prefill"))
 
@@ -119,7 +123,7 @@ def serving(wrapped: ait.Module) -> dict[str, str]:
 # ---------------------------------------------------------------------- tune and save
 
 
-def tune_and_save(out: Path, new_tokens: int) -> None:
+def tune_and_save(out: Path, new_tokens: int, precompile: bool = True) -> None:
     from aitune_inductor import TorchInductorJitBackend
 
     torch.manual_seed(0)
@@ -129,8 +133,10 @@ def tune_and_save(out: Path, new_tokens: int) -> None:
     reference = [generate(model, p[None], new_tokens) for p in dataset[:2]]
 
     wrapped = ait.Module(model, "gpt2")
+    # precompile=True: each graph is compiled ahead of time and kept with its kernels, so the
+    # deploying process traces and compiles nothing (see the README).
     strategy = ait.MaxThroughputStrategy(
-        backends=[TorchInductorJitBackend(), ait.TorchEagerBackend()],
+        backends=[TorchInductorJitBackend(precompile=precompile), ait.TorchEagerBackend()],
         profile=ait.ProfileConfig(max_batch_search=False),  # tune for the batch sizes asked for, no more
     )
     started = time.perf_counter()
@@ -193,11 +199,11 @@ def deploy(out: Path, new_tokens: int, trust: bool) -> int:
     eager.load_state_dict(weights)
 
     started = time.perf_counter()
-    # The checkpoint holds Inductor's compile cache: compiled kernels, native code. This
+    # The checkpoint holds precompiled graphs with their kernels: native code. This
     # process wrote it a moment ago, so it trusts it; without trust_native_code=True the
-    # cache is left unread and both graphs compile again.
+    # graphs are left unread and both compile again.
     tuned = ait.load(build_model(config), out / CHECKPOINT, trust_native_code=trust)
-    print(f"loaded in {time.perf_counter() - started:.1f} s (fresh process, trust_native_code={trust}): {compiles()}")
+    print(f"loaded in {time.perf_counter() - started:.2f} s (fresh process, trust_native_code={trust}): {compiles()}")
     for phase, backend in serving(tuned).items():
         print(f"  {phase:8} served by {backend}")
 
@@ -256,7 +262,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=32, help="tokens to generate per prompt (default 32)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument(
-        "--untrusted", action="store_true", help="load without trust_native_code: the stored compile cache is not used"
+        "--untrusted",
+        action="store_true",
+        help="load without trust_native_code: the precompiled graphs and compile cache are not used",
+    )
+    parser.add_argument(
+        "--no-precompile",
+        dest="precompile",
+        action="store_false",
+        help="tune a plain JIT backend: its checkpoint carries only the compile cache, and compiles where loaded",
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -270,12 +284,12 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out_dir or Path(temporary)
         out.mkdir(parents=True, exist_ok=True)
         print("== tune and save")
-        tune_and_save(out, args.new_tokens)
+        tune_and_save(out, args.new_tokens, args.precompile)
         print("== load in a fresh process and generate")
         command = [sys.executable, __file__, "deploy", str(out), "--new-tokens", str(args.new_tokens)]
         command += ["--threads", str(args.threads)] + (["--untrusted"] if args.untrusted else [])
         with tempfile.TemporaryDirectory(prefix="gpt2-greedy-inductor-") as empty:
-            # A new machine: an empty Inductor cache, so only the checkpoint's compile cache can help.
+            # A new machine: an empty Inductor cache, so only what the checkpoint carries can help.
             environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": empty}
             return subprocess.run(command, check=False, env=environment).returncode
 

@@ -24,7 +24,6 @@ without ``trust_native_code=True`` never reads them and compiles again instead.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ import attrs
 import torch
 
 from aitune_core.plugin_api import get_logger
+from aitune_inductor.sealed import read_sealed, write_sealed
 
 COMPILE_CACHE_ARTIFACT = "compile_cache"
 COMPILE_CACHE_FILE = "inductor-compile-cache.bin"
@@ -91,10 +91,8 @@ def _summary(info: Any) -> dict[str, int]:
 
 def write(data: bytes, folder: Path) -> tuple[Path, str]:
     """Write ``data`` into ``folder``; returns the file and its sha256."""
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / COMPILE_CACHE_FILE
-    path.write_bytes(data)
-    return path, hashlib.sha256(data).hexdigest()
+    return path, write_sealed(data, path)
 
 
 def load(path: Path, sha256: str, what: str) -> dict[str, int]:
@@ -104,13 +102,7 @@ def load(path: Path, sha256: str, what: str) -> dict[str, int]:
     checkpoint's manifest with the backend), so what is loaded is exactly what was
     hashed, whatever happens to the file meanwhile. Raises CompileCacheError otherwise.
     """
-    data = path.read_bytes()
-    found = hashlib.sha256(data).hexdigest()
-    if found != sha256:
-        raise CompileCacheError(
-            f"{what}: its compile cache {path} has sha256 {found}, but the backend stored {sha256}; it was changed "
-            "after it was saved and is not loaded"
-        )
+    data = read_sealed(path, sha256, f"{what}: its compile cache", CompileCacheError)
     if not available():
         get_logger().warning("this torch cannot load compile caches; compiling again", backend=what)
         return {}

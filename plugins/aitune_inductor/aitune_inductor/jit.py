@@ -41,14 +41,25 @@ from aitune_core.plugin_api import (
     get_logger,
     map_leaves,
 )
-from aitune_inductor import compile_cache
+from aitune_inductor import compile_cache, precompiled
 from aitune_inductor.availability import inductor_availability
 from aitune_inductor.calls import build_calls
 from aitune_inductor.compile_watch import CompileWatch
 from aitune_inductor.config_checks import check_allowed_options, check_mode, check_options, options_dict
 from aitune_inductor.dims import below_range, mark_dynamic, ranged_axes, reaches_size_one
+from aitune_inductor.precompiled_lifecycle import PrecompiledLifecycle
 from aitune_inductor.size_one import size_oblivious, size_oblivious_available
 from aitune_inductor.vec_isa import checked_once
+from aitune_inductor.warm_up import (
+    BOUNDED,
+    FROM_ONE,
+    UNBOUNDED,
+    WarmUp,
+    first_line,
+    mark_first_call,
+    unmarked,
+    violates_bounds,
+)
 
 
 @attrs.frozen
@@ -66,6 +77,10 @@ class TorchInductorJitBackendConfig(BackendConfig):
         marked dynamic with their tuned range, and a graph without any is compiled static.
     autocast_enabled / autocast_dtype: run under ``torch.autocast``; outputs are cast back
         to the dtypes eager returns.
+    precompile: compile each graph ahead of time (``torch.compile(...).aot_compile``) and
+        keep the functions with their CPU kernels (:mod:`aitune_inductor.precompiled`): a
+        checkpoint loaded with ``trust_native_code=True`` then traces and compiles nothing.
+        Needs one full graph whose guards torch can save; a build that has not fails with why.
     """
 
     mode: str | None = attrs.field(default=None, validator=check_mode)
@@ -78,6 +93,7 @@ class TorchInductorJitBackendConfig(BackendConfig):
     )
     autocast_enabled: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     autocast_dtype: torch.dtype = attrs.field(default=torch.float16, validator=floating_dtype)
+    precompile: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
     def __attrs_post_init__(self) -> None:
         if self.mode is not None and self.options is not None:
@@ -94,7 +110,7 @@ def _supports(parameter: str) -> bool:
     return parameter in inspect.signature(torch.compile).parameters
 
 
-class TorchInductorJitBackend(Backend):
+class TorchInductorJitBackend(PrecompiledLifecycle, Backend):
     """``torch.compile(module, backend="inductor")`` for one graph, warmed up on its shapes."""
 
     name = "inductor_jit"
@@ -109,9 +125,13 @@ class TorchInductorJitBackend(Backend):
         self._cache_sha256 = ""
         self._cache_pending = False
         """Restored with a compile cache not yet put into this process's caches (or left out, untrusted)."""
-        self._warm_up_kind = _BOUNDED
-        """How the kept compile marked its axes (see :func:`_mark_first_call`); stored with the backend."""
+        self._warm_up_kind = BOUNDED
+        """How the kept compile marked its axes (see :func:`mark_first_call`); stored with the backend."""
         self._first_call = ""
+        self._precompiled: precompiled.PrecompiledGraphs | None = None
+        self._precompiled_file: Path | None = None
+        self._precompiled_sha256 = ""
+        self._precompiled_pending = False
         """Set when compiling without samples: how to mark the first call's axes."""
 
     @property
@@ -158,7 +178,10 @@ class TorchInductorJitBackend(Backend):
         started = time.perf_counter()
         self._watch = CompileWatch()
         with compile_cache.capture() as captured:
-            warm = self._compile_and_warm_up(context)
+            if cast(TorchInductorJitBackendConfig, self.config).precompile:
+                warm = self._precompile(context)
+            else:
+                warm = self._compile_and_warm_up(context)
         report = self._watch.report()
         self.build_info = {
             "dynamic": str(self.resolved_dynamic(context)),
@@ -169,6 +192,9 @@ class TorchInductorJitBackend(Backend):
         if captured.data is not None:
             self._cache_file, self._cache_sha256 = compile_cache.write(captured.data, context.cache_dir)
             self.build_info["compile_cache"] = {"bytes": len(captured.data), **captured.summary}
+        if self._precompiled is not None:
+            self._precompiled_file, self._precompiled_sha256, held = self._precompiled.write(context.cache_dir)
+            self.build_info["precompiled"] = held
         if warm.bounds_dropped:
             self.build_info["bounds_dropped"] = warm.bounds_dropped
         if warm.size_one:
@@ -188,7 +214,7 @@ class TorchInductorJitBackend(Backend):
             and _supports("isolate_recompiles")
         )
 
-    def _compile_and_warm_up(self, context: BuildContext) -> _WarmUp:
+    def _compile_and_warm_up(self, context: BuildContext) -> WarmUp:
         """Compile and run every build call: on one graph from size 1 where the model
         allows it, else on one graph from size 2 and another for size 1."""
         if self._watch is None:  # restored from a checkpoint: count from the first activation
@@ -199,25 +225,25 @@ class TorchInductorJitBackend(Backend):
             # build's, which a loaded compile cache serves, rather than one per size.
             self._compiled = torch.compile(context.module, **self._compile_kwargs(context))
             self._first_call = self._warm_up_kind if self.resolved_dynamic(context) is not False else ""
-            return _WarmUp([])
+            return WarmUp([])
         calls = [arguments for _, arguments in build_calls(context)]
         with checked_once(context.device):
             return self._warm_up_all(context, calls)
 
-    def _warm_up_all(self, context: BuildContext, calls: list[dict[str, Any]]) -> _WarmUp:
+    def _warm_up_all(self, context: BuildContext, calls: list[dict[str, Any]]) -> WarmUp:
         size_one = ""
         if self._shares_size_one(context):
             marked: list[str] = []
             try:
                 marked, mismatch = self._warm_up_from_size_one(context, calls)
             except Exception as error:
-                mismatch = _first_line(error)
+                mismatch = first_line(error)
             if not mismatch:
-                return _WarmUp(marked, size_one=self._size_one_outcome(), kind=_FROM_ONE)
+                return WarmUp(marked, size_one=self._size_one_outcome(), kind=FROM_ONE)
             size_one = f"own graph: {mismatch}"
             self._watch = CompileWatch()  # the report covers the compile that is kept
         marked, bounds_dropped = self._warm_up(context, calls)
-        return _WarmUp(marked, bounds_dropped, size_one, kind=_UNBOUNDED if bounds_dropped else _BOUNDED)
+        return WarmUp(marked, bounds_dropped, size_one, kind=UNBOUNDED if bounds_dropped else BOUNDED)
 
     def _size_one_outcome(self) -> str:
         """What became of size 1: "shared", or the guard that still made torch compile another graph."""
@@ -271,13 +297,13 @@ class TorchInductorJitBackend(Backend):
         try:
             self._run(context, first)
         except Exception as error:
-            if not marked or not _violates_bounds(error):
+            if not marked or not violates_bounds(error):
                 raise
             # The model forces a relation or specialisation the bounds contradict: let Dynamo
             # find the ranges itself, so the build still yields one dynamic graph.
-            note = _first_line(error)
+            note = first_line(error)
             self._compiled = torch.compile(context.module, **self._compile_kwargs(context))
-            first = {name: map_leaves(value, Locator(name), _unmarked) for name, value in first.items()}
+            first = {name: map_leaves(value, Locator(name), unmarked) for name, value in first.items()}
             marked = mark_dynamic(first, context.graph_spec, bounded=False)
             self._run(context, first)
         self._watch.first_call_done()
@@ -296,6 +322,8 @@ class TorchInductorJitBackend(Backend):
             raise RuntimeError(
                 "TorchInductorJitBackend compiles the original module when activated; pass a BuildContext"
             )
+        if self._precompiled_file is not None and self._use_precompiled(self.context):
+            return
         if self._cache_pending:
             self._load_compile_cache(self.context)
         elif self._cache_file is None and self.state is BackendState.CHECKPOINT_LOADED:
@@ -333,12 +361,17 @@ class TorchInductorJitBackend(Backend):
 
     # ------------------------------------------------------------------ persistence
     def _artifacts(self) -> dict[str, Path]:
-        return {compile_cache.COMPILE_CACHE_ARTIFACT: self._cache_file} if self._cache_file is not None else {}
+        artifacts = {compile_cache.COMPILE_CACHE_ARTIFACT: self._cache_file} if self._cache_file is not None else {}
+        if self._precompiled_file is not None:
+            artifacts[precompiled.PRECOMPILED_ARTIFACT] = self._precompiled_file
+        return artifacts
 
     def _extra_state(self) -> dict[str, Any]:
         extra = {"warm_up": self._warm_up_kind}
         if self._cache_file is not None:
             extra["compile_cache_sha256"] = self._cache_sha256
+        if self._precompiled_file is not None:
+            extra["precompiled_sha256"] = self._precompiled_sha256
         return extra
 
     def native_artifacts(self) -> frozenset[str]:
@@ -350,10 +383,11 @@ class TorchInductorJitBackend(Backend):
         return frozenset(self._artifacts())
 
     def _restore(self, artifacts: dict[str, Path], extra: dict[str, Any]) -> None:
-        kind = extra.get("warm_up", _BOUNDED)
-        if kind not in (_BOUNDED, _UNBOUNDED, _FROM_ONE):
+        kind = extra.get("warm_up", BOUNDED)
+        if kind not in (BOUNDED, UNBOUNDED, FROM_ONE):
             raise ValueError(f"{type(self).__name__}: unknown warm_up {kind!r} in its stored state")
         self._warm_up_kind = kind
+        self._restore_precompiled(artifacts, extra)
         path = artifacts.get(compile_cache.COMPILE_CACHE_ARTIFACT)
         if path is None:
             return
@@ -375,11 +409,11 @@ class TorchInductorJitBackend(Backend):
         if self._first_call:
             kind, self._first_call = self._first_call, ""
             assert self.context is not None
-            if kind == _FROM_ONE:
-                _mark_first_call(kind, self.context, args, kwargs)
+            if kind == FROM_ONE:
+                mark_first_call(kind, self.context, args, kwargs)
                 with size_oblivious():
                     return self._infer(*args, **kwargs)
-            _mark_first_call(kind, self.context, args, kwargs)
+            mark_first_call(kind, self.context, args, kwargs)
         if torch.is_grad_enabled():
             # Dynamo guards on grad mode: calls with and without grad would compile twice.
             with torch.no_grad():
@@ -399,58 +433,3 @@ class TorchInductorJitBackend(Backend):
         if self._compiled is not None and not config.autocast_enabled and not self._first_call:
             return self._compiled
         return self._infer
-
-
-@attrs.frozen
-class _WarmUp:
-    """What a build's warm-up reports.
-
-    marked: the axes marked dynamic, with their ranges.
-    bounds_dropped: why the tuned bounds were given up, when the model contradicted them.
-    size_one: "shared" when size 1 runs on the one graph; "recompiled: <guard>" when torch
-        still compiled another (a convolution picks its kernel by batch size); "own graph:
-        <why>" when the shared graph was wrong at size 1 and the range starts at 2; "" when
-        no range reaches size 1.
-    """
-
-    marked: list[str]
-    bounds_dropped: str = ""
-    size_one: str = ""
-    kind: str = "bounded"
-
-
-_BOUNDED = "bounded"
-"""Ranged axes marked with their tuned bounds from size 2 (:meth:`TorchInductorJitBackend._warm_up`)."""
-_UNBOUNDED = "unbounded"
-"""The model contradicted the bounds: axes only hinted dynamic."""
-_FROM_ONE = "from_one"
-"""Bounds from size 1, first call reasoned size-obliviously (:mod:`aitune_inductor.size_one`)."""
-
-
-def _mark_first_call(kind: str, context: BuildContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Mark the axes of the first call of a compile without samples as the build's compile marked them."""
-    arguments = context.signature.normalize(args, kwargs)
-    if kind == _FROM_ONE:
-        mark_dynamic(arguments, context.graph_spec, bounded=True, floor=1)
-    else:
-        mark_dynamic(arguments, context.graph_spec, bounded=kind == _BOUNDED)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
-
-
-def _unmarked(_locator: Locator, leaf: Any) -> Any:
-    """A copy without Dynamo's dynamic-dim marks, which live on the tensor object."""
-    return leaf.clone() if isinstance(leaf, torch.Tensor) else leaf
-
-
-def _violates_bounds(error: BaseException) -> bool:
-    """Whether Dynamo refused the marked ranges (the model specialises or relates those axes)."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if "Constraint" in type(seen).__name__ or "Constraints violated" in str(seen):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False

@@ -41,6 +41,13 @@ class TestJitConformanceWithKeywordsAndDynamicAxis(KeywordsAndDynamicAxisCalls, 
     pass
 
 
+class TestPrecompiledJitConformance(TestJitConformance):
+    """The contract holds for precompiled graphs too: built, saved, moved and loaded."""
+
+    def make_backend(self) -> TorchInductorJitBackend:
+        return TorchInductorJitBackend(precompile=True)
+
+
 def _fingerprint(context: BuildContext) -> str:
     digest = hashlib.sha256()
     for locator, spec in context.graph_spec.input_spec.tensor_data:

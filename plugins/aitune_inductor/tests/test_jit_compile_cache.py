@@ -11,7 +11,6 @@ graph in its cache (loaded from the checkpoint) or generated it again.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 import torch
+from fresh_process import run_fresh
 
 import aitune_core as ait
 from aitune_core.testing.checkpoint_fuzz import TunedCheckpoint
@@ -69,13 +69,9 @@ def build_model() -> torch.nn.Module:
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> TunedCheckpoint:
     folder = tmp_path_factory.mktemp("jit-cache")
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor")}
-    done = subprocess.run(
-        [sys.executable, "-c", _TUNE, str(folder)], capture_output=True, text=True, timeout=600, env=env
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    line, _ = run_fresh(_TUNE, [str(folder)], folder / "inductor")
     call = torch.load(folder / "call.pt")
-    return TunedCheckpoint(Path(done.stdout.strip().splitlines()[-1]), call["x"], call["y"])
+    return TunedCheckpoint(Path(line), call["x"], call["y"])
 
 
 def _backend(path: Path) -> dict[str, Any]:
@@ -86,18 +82,10 @@ def _backend(path: Path) -> dict[str, Any]:
 
 def _load_in_fresh_process(saved: TunedCheckpoint, trust: bool, scratch: Path) -> tuple[dict[str, Any], str]:
     """Load ``saved`` in a new process whose Inductor cache is a new, empty folder; its counters and log."""
+    arguments = [str(saved.path), "trust" if trust else "-", str(saved.path.parent / "call.pt")]
     empty = scratch / f"inductor-{'trusted' if trust else 'untrusted'}"
-    empty.mkdir()
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(empty), "AITUNE_CACHE_DIR": str(scratch)}
-    done = subprocess.run(
-        [sys.executable, "-c", _LOAD, str(saved.path), "trust" if trust else "-", str(saved.path.parent / "call.pt")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+    line, log = run_fresh(_LOAD, arguments, empty, AITUNE_CACHE_DIR=str(scratch))
+    return json.loads(line), log
 
 
 def test_the_compile_cache_is_a_sealed_native_artifact(saved: TunedCheckpoint) -> None:
