@@ -185,8 +185,12 @@ class PrecompiledGraphs:
         sha256 = write_sealed(data, path)
         return path, sha256, {"functions": len(blobs), "kernels": len(kernels), "bytes": len(data)}
 
-    def read(self, path: Path, sha256: str, what: str) -> dict[str, int]:
-        """Load the functions saved at ``path`` (checked against ``sha256``), their kernels into Inductor's cache."""
+    def read(self, path: Path, sha256: str, what: str, device: torch.device) -> dict[str, int]:
+        """Load the functions saved at ``path`` (checked against ``sha256``), their kernels into Inductor's cache.
+
+        The libraries go in first: Inductor's check of the CPU's vector features, which
+        loading a kernel runs, then finds its probe programs built.
+        """
         data = read_sealed(path, sha256, f"{what}: its precompiled graphs", PrecompileError)
         try:
             with zipfile.ZipFile(io.BytesIO(data)) as archive:
@@ -196,7 +200,10 @@ class PrecompiledGraphs:
                 blobs = [archive.read(name) for name in manifest["functions"]]
         except (zipfile.BadZipFile, KeyError, ValueError, TypeError) as error:
             raise PrecompileError(f"{what}: its precompiled graphs {path} are not readable: {error}") from None
-        self.functions = _deserialize(blobs, manifest["modules"], self.module)
+        from aitune_inductor.vec_isa import checked_once
+
+        with checked_once(device):
+            self.functions = _deserialize(blobs, manifest["modules"], self.module)
         return {"functions": len(self.functions), "kernels": len(manifest["kernels"]), "kernels_installed": installed}
 
 

@@ -111,8 +111,7 @@ class PrecompiledLifecycle:
             return False
         assert self._precompiled_file is not None
         graphs = self._new_precompiled(context)
-        with checked_once(context.device):  # loading kernels checks the CPU's vector ISAs, as compiling does
-            held = graphs.read(self._precompiled_file, self._precompiled_sha256, self.describe())
+        held = graphs.read(self._precompiled_file, self._precompiled_sha256, self.describe(), context.device)
         log.info("precompiled graphs loaded", backend=self.describe(), **held)
         self.build_info["precompiled"] = {"loaded": held}
         self._precompiled = self._compiled = graphs

@@ -190,7 +190,7 @@ def test_a_hostile_manifest_is_refused_before_anything_is_written(
     path.write_bytes(data)
     graphs = PrecompiledGraphs(torch.nn.Linear(2, 2), fallback=lambda: torch.nn.Identity())
     with pytest.raises(PrecompileError, match=refusal):
-        graphs.read(path, sha256_of(path), "test")
+        graphs.read(path, sha256_of(path), "test", torch.device("cpu"))
     assert not (tmp_path / "inductor").exists() or not any((tmp_path / "inductor").rglob("*.so"))
     assert not (tmp_path.parent.parent / "home" / "evil.main.so").exists()
 
@@ -200,7 +200,7 @@ def test_bytes_that_differ_from_the_recorded_hash_are_never_opened(tmp_path: Pat
     path.write_bytes(b"not what was saved")
     graphs = PrecompiledGraphs(torch.nn.Linear(2, 2), fallback=lambda: torch.nn.Identity())
     with pytest.raises(PrecompileError, match="changed after it was saved"):
-        graphs.read(path, "0" * 64, "test")
+        graphs.read(path, "0" * 64, "test", torch.device("cpu"))
 
 
 def _entry(guard_type: str, derived: tuple[str, ...] = (), is_global: bool = False) -> SimpleNamespace:

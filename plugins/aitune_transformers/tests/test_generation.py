@@ -42,13 +42,19 @@ CHILD = textwrap.dedent(
     import json, sys
     from pathlib import Path
     import torch
+    from torch._dynamo.utils import counters
+    from torch._inductor import cpp_builder
     from transformers import GPT2Config, GPT2LMHeadModel
     import aitune_core as ait
+
+    libraries = []  # every shared library the C++ compiler builds in this process
+    build = cpp_builder.CppBuilder.build
+    cpp_builder.CppBuilder.build = lambda self: libraries.append(self.get_target_file_path()) or build(self)
 
     folder = Path(sys.argv[1])
     model = GPT2LMHeadModel(GPT2Config(**json.loads((folder / "config.json").read_text()))).eval()
     model.load_state_dict(torch.load(folder / "weights.pt", weights_only=True))
-    tuned = ait.load(model, folder / "checkpoint")
+    tuned = ait.load(model, folder / "checkpoint", trust_native_code=sys.argv[3] == "trust")
     ait.config.fallback = "raise"  # every call must be routed to what was tuned
 
     def generate(m, prompt, new_tokens):
@@ -64,7 +70,8 @@ CHILD = textwrap.dedent(
     prompts = torch.load(folder / "prompts.pt", weights_only=True)
     tokens = generate(tuned, prompts, int(sys.argv[2]))
     served = {repr(key): type(route.backend).__name__ for key, route in tuned.routes.items()}
-    print(json.dumps({"tokens": tokens.tolist(), "served": served}))
+    built = [path for path in libraries if path.endswith(".so")]
+    print(json.dumps({"tokens": tokens.tolist(), "served": served, "frames": counters["frames"]["ok"], "built": built}))
     """
 )
 
@@ -114,7 +121,8 @@ def _settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
         config.reset()
 
 
-def test_greedy_decoding_tunes_and_loads_in_a_fresh_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("precompile", [False, True], ids=["jit", "precompiled"])
+def test_greedy_decoding_tunes_and_loads_in_a_fresh_process(tmp_path: Path, precompile: bool) -> None:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
@@ -125,7 +133,8 @@ def test_greedy_decoding_tunes_and_loads_in_a_fresh_process(tmp_path: Path) -> N
     eager = {size: generate(model, prompts[:size], NEW_TOKENS) for size in (1, 2)}
 
     wrapped = ait.Module(model, "gpt2-greedy-test")
-    strategy = ait.MaxThroughputStrategy(backends=[TorchInductorJitBackend()], profile=FAST_PROFILE)
+    jit = TorchInductorJitBackend(precompile=precompile)
+    strategy = ait.MaxThroughputStrategy(backends=[jit], profile=FAST_PROFILE)
     strategy.enable_performance_validation(False)  # this checks build, validation, routing and loading, not speed
     report = ait.tune(
         lambda batch: generate(wrapped, batch, NEW_TOKENS), dataset, batch_sizes=[1, 2], strategy=strategy
@@ -136,7 +145,7 @@ def test_greedy_decoding_tunes_and_loads_in_a_fresh_process(tmp_path: Path) -> N
     for graph in report.graphs:
         selected = graph.selected
         assert selected is not None and selected.status == "selected", (phases[graph.graph], graph.candidates)
-        assert selected.backend == "TorchInductorJitBackend()", (phases[graph.graph], graph.candidates)
+        assert selected.backend == jit.describe(), (phases[graph.graph], graph.candidates)
         assert selected.max_abs_error is not None, "the selected backend was validated against eager"
         assert graph.serving_at(1) is selected and graph.serving_at(2) is selected
     decode = next(route for route in wrapped.routes.values() if phases[route.graph.name] == "decode")
@@ -153,8 +162,8 @@ def test_greedy_decoding_tunes_and_loads_in_a_fresh_process(tmp_path: Path) -> N
     torch.save(prompts, tmp_path / "prompts.pt")
     (tmp_path / "child.py").write_text(CHILD)
     completed = subprocess.run(
-        [sys.executable, str(tmp_path / "child.py"), str(tmp_path), str(NEW_TOKENS)],
-        env=child_env(tmp_path / "child-cache"),
+        [sys.executable, str(tmp_path / "child.py"), str(tmp_path), str(NEW_TOKENS), "trust"],
+        env={**child_env(tmp_path / "child-cache"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "child-inductor")},
         capture_output=True,
         text=True,
         timeout=600,
@@ -164,3 +173,7 @@ def test_greedy_decoding_tunes_and_loads_in_a_fresh_process(tmp_path: Path) -> N
     loaded = json.loads(completed.stdout.strip().splitlines()[-1])
     assert loaded["tokens"] == eager[2].tolist(), "tokens after a fresh-process load differ from eager's"
     assert sorted(loaded["served"].values()) == ["TorchInductorJitBackend"] * 2, loaded["served"]
+    if precompile:  # prefill and decode, batch 1 and 2: served by saved functions and kernels alone
+        assert loaded["frames"] == 0 and loaded["built"] == [], loaded
+    else:
+        assert loaded["frames"] > 0, "a plain JIT checkpoint traces where it is loaded"
