@@ -69,6 +69,10 @@ class PrecompileError(RuntimeError):
     """A precompiled artifact that cannot be made, or cannot be trusted to be what was saved."""
 
 
+class PrecompiledIncompatible(PrecompileError):
+    """Saved functions, checked to be what was saved, that this process cannot load (another torch, say)."""
+
+
 def available() -> bool:
     """Whether this torch saves and loads ahead-of-time compiled functions."""
     return hasattr(torch.compiler, "load_compiled_function") and hasattr(torch.compiler, "keep_portable_guards_unsafe")
@@ -251,16 +255,18 @@ def _serialize(function: Any, module: torch.nn.Module) -> bytes:
 def _deserialize(blobs: list[bytes], modules: dict[str, str], module: torch.nn.Module) -> list[Any]:
     import importlib
 
-    scope: dict[str, object] = {name: importlib.import_module(target) for name, target in modules.items()}
     try:
+        scope: dict[str, object] = {name: importlib.import_module(target) for name, target in modules.items()}
         return [
             torch.compiler.load_compiled_function(
                 io.BytesIO(blob), f_globals=scope, external_data={_MODULE_KEY: module}
             )
             for blob in blobs
         ]
-    except (RuntimeError, ImportError, AttributeError, TypeError, ValueError) as error:
-        raise PrecompileError(f"a saved function does not load back: {type(error).__name__}: {error}") from None
+    except Exception as error:  # torch's loader raises what its unpickling and version checks raise
+        raise PrecompiledIncompatible(
+            f"a saved function does not load here: {type(error).__name__}: {str(error)[:300]}"
+        ) from None
 
 
 def _dynamo_modules() -> dict[str, str]:

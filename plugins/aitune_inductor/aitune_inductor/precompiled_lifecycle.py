@@ -111,7 +111,13 @@ class PrecompiledLifecycle:
             return False
         assert self._precompiled_file is not None
         graphs = self._new_precompiled(context)
-        held = graphs.read(self._precompiled_file, self._precompiled_sha256, self.describe(), context.device)
+        try:
+            held = graphs.read(self._precompiled_file, self._precompiled_sha256, self.describe(), context.device)
+        except precompiled.PrecompiledIncompatible as error:
+            # What was saved, but not for this process (another torch): compile, as without them.
+            log.warning("precompiled graphs not loaded: compiling again", backend=self.describe(), reason=str(error))
+            self.build_info["precompiled"] = f"not loaded: {error}"
+            return False
         log.info("precompiled graphs loaded", backend=self.describe(), **held)
         self.build_info["precompiled"] = {"loaded": held}
         self._precompiled = self._compiled = graphs

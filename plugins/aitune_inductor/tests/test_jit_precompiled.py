@@ -23,7 +23,13 @@ from fresh_process import run_fresh
 import aitune_core as ait
 from aitune_core.testing.engine import sha256_of
 from aitune_inductor import precompiled
-from aitune_inductor.precompiled import PRECOMPILED_ARTIFACT, PrecompiledGraphs, PrecompileError, dense_outputs
+from aitune_inductor.precompiled import (
+    PRECOMPILED_ARTIFACT,
+    PrecompiledGraphs,
+    PrecompiledIncompatible,
+    PrecompileError,
+    dense_outputs,
+)
 
 _MODEL = "torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3)).eval()"
 
@@ -193,6 +199,43 @@ def test_a_hostile_manifest_is_refused_before_anything_is_written(
         graphs.read(path, sha256_of(path), "test", torch.device("cpu"))
     assert not (tmp_path / "inductor").exists() or not any((tmp_path / "inductor").rglob("*.so"))
     assert not (tmp_path.parent.parent / "home" / "evil.main.so").exists()
+
+
+def test_saved_functions_this_process_cannot_load_are_told_apart_from_changed_bytes(tmp_path: Path) -> None:
+    # Checked to be what was saved, but not loadable here (another torch): the backend compiles instead.
+    data = _archive(
+        {"format": 1, "functions": ["functions/0.bin"], "kernels": [], "modules": {}},
+        {"functions/0.bin": b"not a function torch saved"},
+    )
+    path = tmp_path / "graphs.zip"
+    path.write_bytes(data)
+    graphs = PrecompiledGraphs(torch.nn.Linear(2, 2), fallback=lambda: torch.nn.Identity())
+    with pytest.raises(PrecompiledIncompatible, match="a saved function does not load here"):
+        graphs.read(path, sha256_of(path), "test", torch.device("cpu"))
+
+
+@pytest.mark.slow
+def test_a_checkpoint_whose_functions_do_not_load_here_compiles_and_says_why(saved: Path, tmp_path: Path) -> None:
+    # The backend's own record rewritten with the manifest's: bytes as saved, but not torch's.
+    path = tmp_path / "other-torch"
+    shutil.copytree(saved, path)
+    shutil.copy(saved.parent / "call.pt", tmp_path / "call.pt")
+    manifest = json.loads((path / "manifest.json").read_text())
+    backend = manifest["modules"][0]["graphs"][0]["backend"]
+    artifact = path / backend["artifacts"][PRECOMPILED_ARTIFACT]["path"]
+    artifact.write_bytes(
+        _archive(
+            {"format": 1, "functions": ["functions/0.bin"], "kernels": [], "modules": {}},
+            {"functions/0.bin": b"saved by another torch"},
+        )
+    )
+    backend["artifacts"][PRECOMPILED_ARTIFACT]["sha256"] = sha256_of(artifact)
+    backend["artifacts"][PRECOMPILED_ARTIFACT]["size"] = artifact.stat().st_size
+    backend["extra"]["precompiled_sha256"] = sha256_of(artifact)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    found, log = _load_in_fresh_process(path, True, tmp_path)
+    assert found.get("frames", {}).get("ok", 0) > 0, found
+    assert "precompiled graphs not loaded" in log and "does not load here" in log
 
 
 def test_bytes_that_differ_from_the_recorded_hash_are_never_opened(tmp_path: Path) -> None:
