@@ -9,5 +9,6 @@ if importlib.util.find_spec("aitune_inductor") is None:
     sys.path.insert(0, str(_HERE))
 if importlib.util.find_spec("aitune_core") is None:
     sys.path.insert(0, str(_HERE.parents[1]))
+sys.path.insert(0, str(_HERE / "tests"))  # the tests' helper modules (fresh_process)
 
 pytest_plugins = ["aitune_core.testing", "aitune_core.testing.isolation", "aitune_core.testing.recorded"]
