@@ -48,6 +48,7 @@ from aitune_inductor.compile_watch import CompileWatch
 from aitune_inductor.config_checks import check_allowed_options, check_mode, check_options, options_dict
 from aitune_inductor.dims import below_range, mark_dynamic, ranged_axes, reaches_size_one
 from aitune_inductor.precompiled_lifecycle import PrecompiledLifecycle
+from aitune_inductor.sealed import left_unread, stored_sha256
 from aitune_inductor.size_one import size_oblivious, size_oblivious_available
 from aitune_inductor.vec_isa import checked_once
 from aitune_inductor.warm_up import (
@@ -128,11 +129,12 @@ class TorchInductorJitBackend(PrecompiledLifecycle, Backend):
         self._warm_up_kind = BOUNDED
         """How the kept compile marked its axes (see :func:`mark_first_call`); stored with the backend."""
         self._first_call = ""
+        """Set when compiling without samples: how to mark the first call's axes."""
         self._precompiled: precompiled.PrecompiledGraphs | None = None
         self._precompiled_file: Path | None = None
         self._precompiled_sha256 = ""
         self._precompiled_pending = False
-        """Set when compiling without samples: how to mark the first call's axes."""
+        """Restored with precompiled graphs not yet read (or left out, untrusted)."""
 
     @property
     def is_jit(self) -> bool:
@@ -343,12 +345,7 @@ class TorchInductorJitBackend(PrecompiledLifecycle, Backend):
         log = get_logger(module=context.module_name, graph=context.graph_spec.name)
         self._cache_pending = False
         if not context.trust_native_code:
-            log.warning(
-                "compile cache not loaded: it holds compiled kernels, which run only with trust_native_code=True; "
-                "compiling again",
-                backend=self.describe(),
-            )
-            self.build_info["compile_cache"] = "not loaded (trust_native_code=False)"
+            left_unread(log, "compile cache", "compiled kernels", self.describe(), self.build_info, "compile_cache")
             return
         held = compile_cache.load(self._cache_file, self._cache_sha256, self.describe())
         log.info("compile cache loaded", backend=self.describe(), artifacts=held)
@@ -391,9 +388,7 @@ class TorchInductorJitBackend(PrecompiledLifecycle, Backend):
         path = artifacts.get(compile_cache.COMPILE_CACHE_ARTIFACT)
         if path is None:
             return
-        sha256 = extra.get("compile_cache_sha256")
-        if not isinstance(sha256, str) or len(sha256) != 64:
-            raise ValueError(f"{type(self).__name__}: its compile cache comes without the sha256 it was saved with")
+        sha256 = stored_sha256(extra, "compile_cache_sha256", f"{type(self).__name__}: its compile cache")
         self._cache_file, self._cache_sha256, self._cache_pending = Path(path), sha256, True
 
     def compile_stats(self) -> dict[str, Any]:

@@ -49,7 +49,9 @@ from typing import Any
 
 import torch
 
+from aitune_core.plugin_api import Locator, map_leaves
 from aitune_inductor.sealed import read_sealed, write_sealed
+from aitune_inductor.vec_isa import checked_once
 
 PRECOMPILED_ARTIFACT = "precompiled"
 PRECOMPILED_FILE = "inductor-precompiled.zip"
@@ -115,19 +117,20 @@ class PrecompiledGraphs:
         self._fallback: Callable[..., Any] | None = None
         self.on_fallback: Callable[[str], None] = lambda _reason: None
 
-    def find(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[..., Any] | None:
-        for function in self.functions:
+    def find(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+        """The index of the first function whose guards accept the call, or None."""
+        for index, function in enumerate(self.functions):
             if function.guard_check(self.module, *args, **kwargs):
-                return function.fn  # type: ignore[no-any-return,unused-ignore]
+                return index
         return None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        for index, function in enumerate(self.functions):
-            if function.guard_check(self.module, *args, **kwargs):
-                outputs = function.fn(self.module, *args, **kwargs)
-                if self._dense.get(index, True):
-                    outputs, self._dense[index] = dense_outputs(outputs)
-                return outputs
+        index = self.find(args, kwargs)
+        if index is not None:
+            outputs = self.functions[index].fn(self.module, *args, **kwargs)
+            if self._dense.get(index, True):
+                outputs, self._dense[index] = dense_copy(outputs, Locator("output"))
+            return outputs
         if self._fallback is None:
             self.on_fallback(self.refusal(args, kwargs))
             self._fallback = self._fallback_factory()
@@ -204,23 +207,19 @@ class PrecompiledGraphs:
                 blobs = [archive.read(name) for name in manifest["functions"]]
         except (zipfile.BadZipFile, KeyError, ValueError, TypeError) as error:
             raise PrecompileError(f"{what}: its precompiled graphs {path} are not readable: {error}") from None
-        from aitune_inductor.vec_isa import checked_once
-
         with checked_once(device):
             self.functions = _deserialize(blobs, manifest["modules"], self.module)
         return {"functions": len(self.functions), "kernels": len(manifest["kernels"]), "kernels_installed": installed}
 
 
-def dense_outputs(outputs: Any) -> tuple[Any, bool]:
-    """``outputs`` with every strided tensor made contiguous, and whether one was.
+def dense_copy(value: Any, locator: Locator) -> tuple[Any, bool]:
+    """``value`` with every strided tensor made contiguous, and whether one was (``value`` itself if none).
 
     A graph's outputs often feed another graph (prefill's KV cache feeds decode), whose
     saved guards check strides. The layouts a compiled graph returns differ from eager's,
-    which the recorded samples hold; returned contiguous, they meet the dense layout every
-    build also compiles for (:func:`aitune_inductor.precompiled_lifecycle`).
+    which the recorded samples hold: outputs returned contiguous meet the dense layout the
+    build also compiles every strided call for, with this same copy.
     """
-    from aitune_core.plugin_api import Locator, map_leaves
-
     strided = False
 
     def dense(_locator: Locator, leaf: Any) -> Any:
@@ -230,8 +229,8 @@ def dense_outputs(outputs: Any) -> tuple[Any, bool]:
             return leaf.contiguous()
         return leaf
 
-    rebuilt = map_leaves(outputs, Locator("output"), dense)
-    return (rebuilt, True) if strided else (outputs, False)
+    rebuilt = map_leaves(value, locator, dense)
+    return (rebuilt, True) if strided else (value, False)
 
 
 def _aot_kwargs(compile_kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from aitune_core.plugin_api import BuildContext, Locator, get_logger, map_leaves
 from aitune_inductor import precompiled
 from aitune_inductor.calls import build_calls
 from aitune_inductor.dims import mark_dynamic
+from aitune_inductor.sealed import left_unread, stored_sha256
 from aitune_inductor.vec_isa import checked_once
 from aitune_inductor.warm_up import BOUNDED, UNBOUNDED, WarmUp, first_line, unmarked, violates_bounds
 
@@ -53,8 +54,7 @@ class PrecompiledLifecycle:
         dropped = ""
         with checked_once(context.device), torch.no_grad():
             for arguments in _with_dense_layouts(build_calls(context)):
-                args, kwargs = context.signature.bind(arguments)
-                if graphs.find(args, kwargs) is None:
+                if graphs.find(*_bound(context, arguments)) is None:
                     if mark:
                         marked = mark_dynamic(arguments, context.graph_spec, bounded=not dropped)
                     try:
@@ -67,7 +67,7 @@ class PrecompiledLifecycle:
                         arguments = {name: map_leaves(v, Locator(name), unmarked) for name, v in arguments.items()}
                         marked = mark_dynamic(arguments, context.graph_spec, bounded=False)
                         graphs.compile(*_bound(context, arguments), compile_kwargs)
-                    args, kwargs = context.signature.bind(arguments)
+                args, kwargs = _bound(context, arguments)
                 graphs(*args, **kwargs)
         self._precompiled = self._compiled = graphs
         return WarmUp(marked, dropped, kind=UNBOUNDED if dropped else BOUNDED)
@@ -102,12 +102,7 @@ class PrecompiledLifecycle:
         self._precompiled_pending = False
         log = get_logger(module=context.module_name, graph=context.graph_spec.name)
         if not context.trust_native_code:
-            log.warning(
-                "precompiled graphs not loaded: they hold compiled code, which runs only with trust_native_code=True; "
-                "compiling again",
-                backend=self.describe(),
-            )
-            self.build_info["precompiled"] = "not loaded (trust_native_code=False)"
+            left_unread(log, "precompiled graphs", "compiled code", self.describe(), self.build_info, "precompiled")
             return False
         assert self._precompiled_file is not None
         graphs = self._new_precompiled(context)
@@ -127,11 +122,7 @@ class PrecompiledLifecycle:
         path = artifacts.get(precompiled.PRECOMPILED_ARTIFACT)
         if path is None:
             return
-        sha256 = extra.get("precompiled_sha256")
-        if not isinstance(sha256, str) or len(sha256) != 64:
-            raise ValueError(
-                f"{type(self).__name__}: its precompiled graphs come without the sha256 they were saved with"
-            )
+        sha256 = stored_sha256(extra, "precompiled_sha256", f"{type(self).__name__}: its precompiled graphs")
         self._precompiled_file, self._precompiled_sha256, self._precompiled_pending = Path(path), sha256, True
 
 
@@ -149,25 +140,9 @@ def _with_dense_layouts(calls: list[tuple[str, dict[str, Any]]]) -> Iterator[dic
     """
     for _, arguments in calls:
         yield arguments
-        if any(not leaf.is_contiguous() for leaf in _tensors(arguments)):
-            yield {name: map_leaves(value, Locator(name), _dense) for name, value in arguments.items()}
-
-
-def _tensors(arguments: dict[str, Any]) -> list[torch.Tensor]:
-    found: list[torch.Tensor] = []
-
-    def keep(_locator: Locator, leaf: Any) -> Any:
-        if isinstance(leaf, torch.Tensor):
-            found.append(leaf)
-        return leaf
-
-    for name, value in arguments.items():
-        map_leaves(value, Locator(name), keep)
-    return found
-
-
-def _dense(_locator: Locator, leaf: Any) -> Any:
-    return leaf.contiguous().clone() if isinstance(leaf, torch.Tensor) else leaf
+        copies = {name: precompiled.dense_copy(value, Locator(name)) for name, value in arguments.items()}
+        if any(strided for _, strided in copies.values()):
+            yield {name: copy for name, (copy, _) in copies.items()}
 
 
 def _precompile_failure(error: BaseException) -> precompiled.PrecompileError:

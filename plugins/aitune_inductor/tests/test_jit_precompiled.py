@@ -21,6 +21,7 @@ import torch
 from fresh_process import run_fresh
 
 import aitune_core as ait
+from aitune_core.plugin_api import Locator
 from aitune_core.testing.engine import sha256_of
 from aitune_inductor import precompiled
 from aitune_inductor.precompiled import (
@@ -28,7 +29,7 @@ from aitune_inductor.precompiled import (
     PrecompiledGraphs,
     PrecompiledIncompatible,
     PrecompileError,
-    dense_outputs,
+    dense_copy,
 )
 
 _MODEL = "torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3)).eval()"
@@ -269,11 +270,11 @@ def test_only_guards_that_mean_the_same_in_another_process_are_kept() -> None:
 def test_outputs_come_back_contiguous_and_untouched_when_they_already_are() -> None:
     strided = torch.arange(12.0).reshape(3, 4).t()
     dense = torch.ones(2, 2)
-    rebuilt, changed = dense_outputs((strided, {"other": dense}))
+    rebuilt, changed = dense_copy((strided, {"other": dense}), Locator("output"))
     assert changed and rebuilt[0].is_contiguous() and torch.equal(rebuilt[0], strided)
     assert rebuilt[1]["other"] is dense
     outputs = (dense, [dense])
-    same, changed = dense_outputs(outputs)
+    same, changed = dense_copy(outputs, Locator("output"))
     assert same is outputs and not changed
 
 
