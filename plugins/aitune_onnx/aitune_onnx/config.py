@@ -52,6 +52,14 @@ class ONNXRuntimeBackendConfig(ExportedGraphConfig):
     execution_mode: ``"sequential"`` or ``"parallel"``.
     allow_spinning: let idle ONNX Runtime threads spin, waiting for work; off hands the
         cores back to the rest of the program between calls, at some latency.
+    spin_between_runs: keep the thread pool spinning after a run returns (ONNX Runtime's
+        default). Off (the default here) sets ``session.force_spinning_stop``: the pool still
+        spins within a run, where it pays, but stops when the run returns. Left spinning, at
+        two threads on two cores its worker held a whole core for about 30 ms after every
+        run, so torch code called next (eager parts of the pipeline, another graph's
+        backend, eager itself while profiling) ran on one core and took about twice as long:
+        ONNX Runtime looked about 2x faster than eager while tuning and served at eager's
+        speed afterwards.
     io_binding: bind the torch tensors' memory as inputs and take the outputs without a
         copy (always on a GPU). None (the default) binds on the CPU only where numpy
         cannot hold an input or output (bfloat16, 8-bit floats): otherwise ``session.run``
@@ -70,6 +78,7 @@ class ONNXRuntimeBackendConfig(ExportedGraphConfig):
     inter_op_num_threads: int = attrs.field(default=0, validator=_non_negative)
     execution_mode: str = attrs.field(default="sequential", validator=attrs.validators.in_(EXECUTION_MODES))
     allow_spinning: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    spin_between_runs: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     io_binding: bool | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(bool))
     )

@@ -121,6 +121,8 @@ def session_options(config: ONNXRuntimeBackendConfig) -> onnxruntime.SessionOpti
     if not config.allow_spinning:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    if not config.spin_between_runs:
+        options.add_session_config_entry("session.force_spinning_stop", "1")
     options.log_severity_level = 3  # errors only: shape and placement notes are not the user's concern
     return options
 
