@@ -56,6 +56,7 @@ from aitune_core.strategies.defaults import default_backends
 from aitune_core.strategies.graph_run import run_graph, submit_early
 from aitune_core.strategies.max_throughput import MaxThroughputStrategy
 from aitune_core.strategies.run import GraphRun
+from aitune_core.threads import resolve_threads, running_at
 from aitune_core.validation.inputs import to_device
 
 
@@ -74,6 +75,7 @@ def tune(
     executor: str | Executor | None = None,
     partition: bool | None = None,
     accuracy: AccuracyBudget | None = None,
+    threads: int | None = None,
 ) -> TuneReport:
     """Tune every wrapped module that ``func`` calls, on real data from ``dataset``.
 
@@ -92,6 +94,10 @@ def tune(
         lossy candidates (quantization, reduced precision) serve the modules where the whole
         pipeline's metric on held-out data stays within the budget (:mod:`aitune_core.accuracy`).
         None: lossless, as always.
+    threads: the torch thread count the tuned modules will serve at: candidates are built,
+        validated and timed at it (torch runs at it during ``tune``, then goes back to the
+        caller's setting), and the report and checkpoints record it. None: torch's own
+        setting now (``torch.get_num_threads()``), which is what the process serves at.
     Returns a :class:`TuneReport`; ``print`` it for the summary table.
     Raises :class:`~aitune_core.guard.TrainingModeError` when ``func`` calls a wrapped module
     in training mode, before that call runs.
@@ -99,6 +105,7 @@ def tune(
     if not callable(func):
         raise TypeError(f"func must be callable (a model or a function calling it), got {type(func).__name__}")
     sizes = check_batch_sizes(batch_sizes)
+    measured_at = resolve_threads(threads)
     if accuracy is not None and not isinstance(accuracy, AccuracyBudget):
         raise TypeError(f"accuracy must be an aitune_core.AccuracyBudget, got {type(accuracy).__name__}")
     held: HeldOut | None = None
@@ -112,18 +119,20 @@ def tune(
         chosen, owned = resolve_executor(executor if executor is not None else config.executor)
         try:
             partitioning = config.partition if partition is None else bool(partition)
-            return _tune(
-                func,
-                dataset,
-                sizes,
-                max_num_batches_per_batch_size,
-                device,
-                dry_run,
-                strategy,
-                chosen,
-                partitioning,
-                (accuracy, held) if accuracy is not None and held is not None else None,
-            )
+            with running_at(measured_at):
+                report = _tune(
+                    func,
+                    dataset,
+                    sizes,
+                    max_num_batches_per_batch_size,
+                    device,
+                    dry_run,
+                    strategy,
+                    chosen,
+                    partitioning,
+                    (accuracy, held) if accuracy is not None and held is not None else None,
+                )
+            return report
         finally:
             if owned:
                 chosen.close()
@@ -159,6 +168,7 @@ def _tune(
         modules=[m.name for m in modules],
         batch_sizes=sizes,
         device=str(target),
+        threads=torch.get_num_threads(),
         **({} if executor.name == "inprocess" else {"executor": executor.describe()}),
     )
 
@@ -183,7 +193,7 @@ def _tune(
         raise TuningError(
             "func called no aitune module while gathering; make sure the wrapped modules are the ones func runs"
         )
-    report = TuneReport(dry_run=dry_run, partition=partition)
+    report = TuneReport(dry_run=dry_run, partition=partition, threads=torch.get_num_threads())
     report.timings["gather"] = gathered - started
     if dry_run:
         report.plan = _plan(called, strategy, target, calls)
@@ -248,6 +258,7 @@ def _tune(
     for module in called:
         module.set_routes(routes[module.name])
         module.__dict__["_accuracy"] = records.get(module.name)  # what checkpoints store; None without a budget
+        module.__dict__["_threads"] = report.threads
     report.timings.update(_phase_totals(report))
     report.timings["total"] = time.perf_counter() - started
     report.profiling = budget

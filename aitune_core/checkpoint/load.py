@@ -38,6 +38,7 @@ from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.log import get_logger
 from aitune_core.module.router import Route
 from aitune_core.module.wrapper import Module
+from aitune_core.threads import mismatch
 
 
 def load(
@@ -82,6 +83,10 @@ def load(
             shutil.rmtree(unpacked, ignore_errors=True)
         raise
     get_logger().info("checkpoint loaded", path=str(path), modules=[m.entry.name for m in plan.modules])
+    for module in plan.modules:
+        note = mismatch(module.entry.threads)
+        if note is not None:
+            get_logger(module=module.entry.name).warning("loaded at another thread count", reason=note)
     return result
 
 
@@ -140,6 +145,7 @@ def _apply(model: nn.Module, plan: LoadPlan, release_weights: bool, unpacked: Pa
     for module, wrapper in zip(plan.modules, wrappers, strict=True):
         wrapper.__dict__["_loaded_files"] = files
         wrapper.__dict__["_accuracy"] = module.entry.accuracy  # as measured when tuned; loading cannot re-measure
+        wrapper.__dict__["_threads"] = module.entry.threads
         graphs = module.entry.graphs
         if release_weights and graphs and not any(b.is_jit for graph in graphs for b in graph.backend_entries()):
             wrapper.release_weights(

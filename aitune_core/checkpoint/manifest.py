@@ -119,6 +119,8 @@ class ModuleEntry:
     graphs: list[GraphEntry]
     accuracy: AccuracyRecord | None = None
     """The accuracy budget its routes were chosen under (``tune(..., accuracy=...)``); None: lossless."""
+    threads: int | None = None
+    """The torch thread count its routes were timed at; None in checkpoints saved before it was recorded."""
 
 
 @attrs.define

@@ -112,7 +112,7 @@ def _write_contents(modules: list[tuple[str, Module]], root: Path) -> Manifest:
             graphs.append(
                 _graph_entry(root, f"{folder}/graphs/{record.spec.name}", record, route, distributions, module.name)
             )
-        entries.append(ModuleEntry(module.name, model_path, weights, graphs, module.accuracy))
+        entries.append(ModuleEntry(module.name, model_path, weights, graphs, module.accuracy, module.threads))
     return Manifest(
         format_version=FORMAT_VERSION,
         aitune_core_version=__version__,

@@ -173,6 +173,11 @@ class Module(nn.Module):
         return self.__dict__.get("_accuracy")
 
     @property
+    def threads(self) -> int | None:
+        """The torch thread count these routes were timed at (``tune(..., threads=)``); checkpoints store it."""
+        return self.__dict__.get("_threads")
+
+    @property
     def backends(self) -> dict[str, Any]:
         """The backend routed to for each tuned graph, by graph name (the one serving its largest batches)."""
         return {route.graph.name: route.backend for route in self._routes.values()}

@@ -92,6 +92,8 @@ class TuneReport:
     """The tune's profiling cap and what the comparisons spent of it."""
     accuracy: AccuracyReport | None = None
     """What the search under ``tune(..., accuracy=...)`` measured and chose; None without a budget."""
+    threads: int | None = None
+    """The torch thread count every candidate was built, validated and timed at (``tune(..., threads=)``)."""
 
     def selected(self, module: str, graph: str = "0") -> str | None:
         for report in self.graphs:
@@ -156,6 +158,8 @@ class TuneReport:
         if self.timings:
             parts = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in self.timings.items())
             text += f"\nTime: {parts}"
+        if self.threads is not None:
+            text += f"\nMeasured at {self.threads} torch thread(s): serve at the same count (torch.set_num_threads)"
         if self.profiling is not None:
             text += f"\n{_profiling_line(self.profiling)}"
         if self.accuracy is not None:
