@@ -183,6 +183,7 @@ def compare(
     for index in range(MAX_ROUNDS):
         shift = index % len(active)
         for variant in active[shift:] + active[:shift]:
+            timer.switch()
             if settle > 0:
                 timer.warm(variant.name, variant.fn, call, settle)
             timed = timer.time_round(variant.name, variant.fn, call, batch_size, per_round)

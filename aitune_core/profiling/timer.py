@@ -19,6 +19,7 @@ import attrs
 import torch
 
 from aitune_core.profiling.bursts import Bursts, BurstSchedule
+from aitune_core.profiling.idle import wait_until_idle
 from aitune_core.validation.inputs import CallInputs
 
 EAGER = "eager"
@@ -66,14 +67,26 @@ class Timer(abc.ABC):
         """:meth:`time`, with the CPU time the process got during the calls where the timer knows it."""
         return TimedRound(self.time(name, fn, call, batch_size, calls))
 
+    def switch(self) -> None:
+        """Before another variant's round: let what the last one left running stop (nothing by default)."""
+
 
 class WallClock(Timer):
     """Real calls, timed with ``perf_counter``; on CUDA, on the device with events.
 
     On CUDA a call's time is the device's, between events recorded around it, so that
     a host thread preempted after launching its work does not count; the process's CPU
-    time is read around each call either way (see :class:`TimedRound`).
+    time is read around each call either way (see :class:`TimedRound`). Between two
+    variants' rounds it waits for the last one's thread pools to sleep
+    (:func:`~aitune_core.profiling.idle.wait_until_idle`).
     """
+
+    def __init__(self) -> None:
+        self.waited_s = 0.0
+        """Seconds spent waiting for idle thread pools between rounds."""
+
+    def switch(self) -> None:
+        self.waited_s += wait_until_idle()
 
     def warm(self, name: str, fn: Callable[..., Any], call: CallInputs, iterations: int) -> None:
         sync = synchronizer(call)
