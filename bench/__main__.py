@@ -17,7 +17,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer rounds: a smoke run, not numbers to quote")
     parser.add_argument("--no-save", action="store_true", help="print only, write no JSON")
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR, help="where the JSON results go")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for the measurements (default 1)")
+    parser.add_argument(
+        "--threads",
+        type=_threads,
+        default=1,
+        help="torch CPU threads for the measurements: a count (default 1), or 'default' for torch's own "
+        "choice on this machine, which is what a user's script runs at",
+    )
     parser.add_argument("--list", action="store_true", help="list the registered suites and exit")
     args = parser.parse_args(argv)
 
@@ -49,6 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     if missed:
         print("over target: " + "; ".join(missed), file=sys.stderr)
     return 0
+
+
+def _threads(text: str) -> int:
+    if text == "default":
+        import torch
+
+        return torch.get_num_threads()  # read before any suite sets it: torch's choice for this machine
+    return int(text)
 
 
 if __name__ == "__main__":
