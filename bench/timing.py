@@ -25,6 +25,8 @@ from typing import Any
 
 from tabulate import tabulate
 
+from aitune_core.profiling.idle import wait_until_idle
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -111,7 +113,9 @@ def alternate(
     (``lambda: per_call(fn, number)`` for a hot loop, or a function that does its own
     set-up and times only the part of interest). Warm-up rounds are run and dropped.
     ``collect_between`` runs the garbage collector before each measurement so that one
-    variant's garbage is not collected on another's clock.
+    variant's garbage is not collected on another's clock, and waits until the last
+    variant's thread pools stop spinning (:func:`~aitune_core.profiling.idle.wait_until_idle`),
+    so that each is measured with the cores it has when it serves alone.
     """
     names = list(variants)
     results: dict[str, list[float]] = {name: [] for name in names}
@@ -120,6 +124,7 @@ def alternate(
         for name in names[shift:] + names[:shift]:
             if collect_between:
                 gc.collect()
+                wait_until_idle()
             value = variants[name]()
             if round_index >= warmup_rounds:
                 results[name].append(value)
