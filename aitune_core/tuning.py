@@ -101,6 +101,11 @@ def tune(
     Returns a :class:`TuneReport`; ``print`` it for the summary table.
     Raises :class:`~aitune_core.guard.TrainingModeError` when ``func`` calls a wrapped module
     in training mode, before that call runs.
+
+    From the moment ``tune`` is called until it returns, only the calls ``func`` makes are
+    recorded: other threads calling the wrapped modules meanwhile run them (or the routes
+    they had) unrecorded. Calls made before ``tune`` are recorded as ever, from any thread;
+    ``module.deactivate()`` keeps traffic served before tuning out of the tuning data.
     """
     if not callable(func):
         raise TypeError(f"func must be callable (a model or a function calling it), got {type(func).__name__}")
@@ -109,12 +114,14 @@ def tune(
     if accuracy is not None and not isinstance(accuracy, AccuracyBudget):
         raise TypeError(f"accuracy must be an aitune_core.AccuracyBudget, got {type(accuracy).__name__}")
     held: HeldOut | None = None
-    if accuracy is not None:
-        dataset, held = split(dataset, accuracy)
-    ensure_plugins()  # executors, default candidates and strategies may come from plugins
     wrapped = list(MODULE_REGISTRY.modules.values())
     modes = TrainingModes(m for module in wrapped for m in (module, *module.module.modules()))
+    # Claimed before anything else: from here on, other threads' calls run unrecorded, never tuning data.
+    claimed = [(module, module.start_recording()) for module in wrapped]
     try:
+        if accuracy is not None:
+            dataset, held = split(dataset, accuracy)
+        ensure_plugins()  # executors, default candidates and strategies may come from plugins
         # Resolved before gathering, so a misspelt or missing executor fails before any work is done.
         chosen, owned = resolve_executor(executor if executor is not None else config.executor)
         try:
@@ -136,6 +143,10 @@ def tune(
         finally:
             if owned:
                 chosen.close()
+    except BaseException:
+        for module, state in claimed:
+            module.restore(state)  # stopped anywhere: each wrapper records or serves as it did before
+        raise
     finally:
         modes.restore()
 

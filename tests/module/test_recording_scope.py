@@ -12,6 +12,7 @@ from module_helpers import WIDTH, FrozenBackend, mlp, one, samples, tune_frozen
 
 import aitune_core as ait
 from aitune_core.backends.base import BuildContext
+from aitune_core.executors.inprocess import InProcessExecutor
 from aitune_core.module import ModuleState
 
 Name = Callable[[str], str]
@@ -76,6 +77,36 @@ def test_while_re_tuning_other_threads_are_routed_and_not_recorded(unique_name: 
     ait.tune(gathering_with_a_stranger(wrapped, model), samples(), batch_sizes=[2, 4], strategy=one(FrozenBackend()))
     assert max_batch(wrapped) == 4
     assert first.calls == 0  # batch 3000 is outside the tuned range: eager ran it
+
+
+class StrangerWhileSettingUp(InProcessExecutor):
+    """Another thread calls the module while ``tune`` sets up, before it gathers.
+
+    ``tune`` asks an executor that is not the in-process one to describe itself for its
+    first log line, which it writes before gathering: the stranger calls from there.
+    """
+
+    name = "test_stranger_while_setting_up"
+
+    def __init__(self, target: ait.Module) -> None:
+        super().__init__()
+        self.target = target
+        self.strangers = 0
+
+    def describe(self) -> str:
+        with torch.no_grad():
+            in_other_thread(lambda: self.target(torch.randn(BIG, WIDTH)))
+        self.strangers += 1
+        return "in this process"
+
+
+def test_calls_from_another_thread_while_tune_sets_up_are_not_recorded(unique_name: Name) -> None:
+    wrapped = ait.Module(mlp(), unique_name("model"))
+    executor = StrangerWhileSettingUp(wrapped)
+    ait.tune(wrapped, samples(), batch_sizes=[1, 4], strategy=one(FrozenBackend()), executor=executor)
+    assert executor.strangers == 1
+    assert max_batch(wrapped) == 4
+    assert wrapped.state is ModuleState.TUNED
 
 
 class StrangerDuringBuild(FrozenBackend):
