@@ -266,14 +266,15 @@ def _tune(
     finally:
         for guard in guards.values():
             guard.release()
-    for module in called:
-        module.set_routes(routes[module.name])
-        module.__dict__["_accuracy"] = records.get(module.name)  # what checkpoints store; None without a budget
-        module.__dict__["_threads"] = report.threads
     report.timings.update(_phase_totals(report))
     report.timings["total"] = time.perf_counter() - started
     report.profiling = budget
     emit_block("Tuning summary", report.summary(), level=logging.WARNING)
+    # Last: should anything before raise (Ctrl-C while the summary prints), every module serves as before.
+    for module in called:
+        module.set_routes(routes[module.name])
+        module.__dict__["_accuracy"] = records.get(module.name)  # what checkpoints store; None without a budget
+        module.__dict__["_threads"] = report.threads
     log.info("tune finished", duration_s=round(report.timings["total"], 2))
     return report
 

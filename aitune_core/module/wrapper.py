@@ -423,6 +423,7 @@ class Module(nn.Module):
         """
         me = threading.get_ident()
         self._claims.discard(me)
+        self.__dict__.pop("_replacing", None)  # the routes drop_routes announced are not coming
         if self._suspended_by != me:
             return
         self.__dict__["_suspended_by"] = None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import pytest
@@ -128,3 +130,35 @@ def test_a_re_tune_of_several_modules_stopped_half_way_keeps_every_previous_rout
     with pytest.raises(KeyboardInterrupt):
         ait.tune(pipeline, samples(), batch_sizes=[1, 4], strategy=one(FrozenBackend()))
     assert pipeline.first.state is ModuleState.TUNED and pipeline.second.state is ModuleState.TUNED
+
+
+CTRL_C_WHILE_CHOOSING_A_STRATEGY = """
+from aitune_core import hookimpl
+
+AITUNE_PLUGIN_API = 1
+
+
+@hookimpl
+def aitune_choose_strategy(module, device):
+    raise KeyboardInterrupt
+"""
+
+
+def test_ctrl_c_between_gathering_and_building_leaves_the_module_recording(
+    unique_name: Name, aitune_fake_dist: Callable[..., Any], aitune_isolated_plugins: Any
+) -> None:
+    """Tuning asks plugins for a strategy after gathering; Ctrl-C there ends the run like anywhere else."""
+    wrapped = ait.Module(mlp(), unique_name("model"))
+    aitune_isolated_plugins.load(aitune_fake_dist("aitune-fake-ctrl-c", CTRL_C_WHILE_CHOOSING_A_STRATEGY))
+    with pytest.raises(KeyboardInterrupt):
+        ait.tune(wrapped, samples(), batch_sizes=[1, 4])  # no strategy given: the plugin is asked for one
+    assert wrapped.state is ModuleState.RECORDING and not wrapped.backends
+    elsewhere = threading.Thread(target=lambda: wrapped(torch.randn(11, WIDTH)))
+    ours = wrapped.recorded_calls
+    with torch.no_grad():
+        elsewhere.start()
+        elsewhere.join()
+        wrapped(torch.randn(3, WIDTH))
+    (graph,) = wrapped.graph_specs
+    assert graph.input_spec.tensor_data[0][1].max_shape[0] == 11, "another thread's call is recorded, as before the run"
+    assert wrapped.recorded_calls == ours + 1, "and so is this thread's"
