@@ -61,7 +61,8 @@ class GraphSession:
     def reference(self) -> EagerReference:
         if self._reference is None:
             points = validation_points(self.graph, self.samples)
-            self._reference = EagerReference(self.module, points, self.signature, self.device)
+            graph = f"graph {self.graph.name} of module `{self.module_name}`"
+            self._reference = EagerReference(self.module, points, self.signature, self.device, graph)
             for note in self._reference.skipped:
                 self.log.info("validation point skipped", note=note)
             for note in self._reference.notes:

@@ -18,13 +18,24 @@ import torch
 from aitune_core.backends.tolerances import Tolerances
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.metadata.locator import Locator, map_leaves
-from aitune_core.validation.compare import Comparison, compare_outputs, compare_tensor, find_non_finite
+from aitune_core.validation.compare import (
+    Comparison,
+    compare_outputs,
+    compare_tensor,
+    find_non_finite,
+    has_checkable_value,
+)
 from aitune_core.validation.isolation import changed_inputs, fresh_copy
 from aitune_core.validation.points import CALL_NAMES, ValidationPoint
 
 NO_FINITE_REFERENCE = (
     "eager gave NaN or infinite outputs at every validation point, so values were compared only where eager "
     "is finite and NaN/infinity by exact position; record a call whose outputs are finite for a stronger check"
+)
+NOTHING_TO_CHECK = (
+    "eager's outputs of {graph} are all NaN or infinite on the tuning data, so no candidate can be checked "
+    "against them; tune with data that gives finite outputs (look for NaN or infinite values in the dataset, "
+    "and in the module's weights and buffers)"
 )
 
 
@@ -37,6 +48,8 @@ class ReferenceCall:
     outputs: Any
     written: dict[Locator, torch.Tensor] = attrs.field(factory=dict)
     finite: bool = True
+    checkable: bool = True
+    """Whether eager's outputs are finite, or hold at least one finite value (or integer) to check against."""
 
 
 @attrs.define(eq=False)
@@ -65,6 +78,10 @@ class EagerReference:
     A generated point that eager itself rejects (say, a sequence longer than the
     model's position table) is not a valid test; it is dropped and noted. A stored
     sample as recorded is what the user ran, so eager failing on it is an error.
+
+    Values are compared where eager is finite, and NaN and infinity by position. Where
+    eager is NaN or infinite everywhere, at every point, nothing can be compared, and
+    every candidate fails, naming ``graph`` and the fix (:attr:`nothing_to_check`).
     """
 
     def __init__(
@@ -73,12 +90,15 @@ class EagerReference:
         points: list[ValidationPoint],
         signature: ForwardSignature,
         device: torch.device,
+        graph: str = "this graph",
     ) -> None:
         self.signature = signature
         self.device = device
         self.points: list[ReferencePoint] = []
         self.skipped: list[str] = []
         self.notes: list[str] = []
+        self.nothing_to_check = ""
+        """Why no candidate can be checked against eager here; empty when one can."""
         with torch.no_grad():
             for point in points:
                 calls = []
@@ -92,7 +112,10 @@ class EagerReference:
                         break
                 if calls:
                     self.points.append(ReferencePoint(point.label, calls))
-        if self.points and not any(call.finite for point in self.points for call in point.calls):
+        every_call = [call for point in self.points for call in point.calls]
+        if every_call and not any(call.checkable for call in every_call):
+            self.nothing_to_check = NOTHING_TO_CHECK.format(graph=graph)
+        elif every_call and not any(call.finite for call in every_call):
             self.notes.append(NO_FINITE_REFERENCE)
 
     def _run_eager(self, module: Callable[..., Any], name: str, arguments: dict[str, Any]) -> ReferenceCall:
@@ -100,7 +123,8 @@ class EagerReference:
         args, kwargs = self.signature.bind(inputs)
         outputs = _owned(module(*args, **kwargs))
         written = {locator: tensor.detach() for locator, tensor in changed_inputs(arguments, inputs)}
-        return ReferenceCall(name, arguments, outputs, written, find_non_finite(outputs) is None)
+        finite = find_non_finite(outputs) is None
+        return ReferenceCall(name, arguments, outputs, written, finite, finite or has_checkable_value(outputs))
 
     @property
     def num_calls(self) -> int:
@@ -110,6 +134,8 @@ class EagerReference:
         """Call ``candidate`` at every point, each call on fresh inputs; the first problem fails it."""
         start = time.perf_counter()
         result = ValidationResult(passed=True, notes=list(self.notes))
+        if self.nothing_to_check:
+            return _fail(result, self.nothing_to_check, start)
         with torch.no_grad():
             for point in self.points:
                 for call in point.calls:

@@ -113,3 +113,17 @@ def test_eager_that_is_never_finite_still_compares_positions_and_says_so(unique_
     reason = assert_rejected_and_eager_serves(module, report)
     assert "`output` differs from eager: max abs error" in reason
     assert "NaN or infinite outputs at every validation point" in reason
+
+
+def test_tuning_data_whose_eager_outputs_are_all_nan_rejects_every_candidate_naming_the_fix(unique_name):
+    data = samples()
+    for sample in data:
+        sample[3] = float("nan")  # every call holds a NaN row, so all of eager's outputs are NaN
+    module, report = tune_with(HalfWrong(), [1, 2], unique_name(), model=CenteredMLP(), data=data)
+    half_wrong = report.graphs[0].candidates[0]
+    assert half_wrong.status == "rejected" and half_wrong.stage == "validation"
+    assert half_wrong.reason.startswith(f"eager's outputs of graph 0 of module `{module.name}` are all NaN or infinite")
+    assert "tune with data that gives finite outputs" in half_wrong.reason
+    assert isinstance(module.backends["0"], TorchEagerBackend)
+    x = torch.randn(3, 16)
+    torch.testing.assert_close(module(x), module.module(x))

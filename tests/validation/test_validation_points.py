@@ -127,6 +127,45 @@ def test_nan_and_infinity_must_sit_exactly_where_eager_has_them():
     assert problem(math.nan, math.nan) == ""
 
 
+class NanColumns(torch.nn.Module):
+    """Doubles its input, with NaN in its first ``columns`` output columns."""
+
+    def __init__(self, columns: int) -> None:
+        super().__init__()
+        self.columns = columns
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        y[:, : self.columns] = float("nan")
+        return y
+
+
+def test_eager_outputs_with_one_finite_column_are_compared_there_and_by_nan_position():
+    model = NanColumns(3)
+    graph, samples = record(model, floats_at(1, 2))
+    reference = EagerReference(model, validation_points(graph, samples), ForwardSignature(model.forward), CPU)
+    assert reference.validate(model, Tolerances()).passed
+    off_by_half = reference.validate(lambda x: model(x) * 1.5, Tolerances())
+    assert "`output` differs from eager: max abs error" in off_by_half.reason
+
+    def finite_where_eager_is_nan(x: torch.Tensor) -> torch.Tensor:
+        return model(x).nan_to_num(0.0)
+
+    assert "where eager is NaN or infinite" in reference.validate(finite_where_eager_is_nan, Tolerances()).reason
+
+
+def test_eager_outputs_without_a_finite_value_fail_every_candidate_naming_the_fix():
+    model = NanColumns(16)  # every column
+    graph, samples = record(model, floats_at(1, 2))
+    points = validation_points(graph, samples)
+    reference = EagerReference(model, points, ForwardSignature(model.forward), CPU, "graph 0 of module `m`")
+    result = reference.validate(model, Tolerances())
+    assert not result.passed and result.calls == 0
+    assert result.reason.startswith(
+        "eager's outputs of graph 0 of module `m` are all NaN or infinite on the tuning data"
+    )
+
+
 def test_complex_outputs_compare_both_parts():
     eager = torch.tensor([1 + 1j, 2 - 1j])
     assert problem(eager.clone(), eager) == ""
