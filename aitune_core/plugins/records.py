@@ -109,4 +109,24 @@ class PluginError(RuntimeError):
         )
 
 
+class PluginHookError(BaseException):
+    """A plugin's hook raised while ``AITUNE_STRICT_PLUGINS=1`` asks for plugin faults to stop the process's work.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is: tuning turns any ``Exception`` a
+    candidate's build or validation raises into a failed candidate and goes on (the
+    graph left eager), which would hide the very fault strict mode is there to show.
+    The hook's own error is its ``__cause__``.
+    """
+
+    def __init__(self, record: PluginRecord, hook: str, error: BaseException) -> None:
+        self.record = record
+        self.hook = hook
+        self.error = error
+        super().__init__(
+            f"aitune plugin {record.name!r} from {record.distribution} {record.version} raised "
+            f"{type(error).__name__}: {error} in its hook {hook}; AITUNE_STRICT_PLUGINS=1 stops at a plugin's fault "
+            "(unset it to disable the plugin, log the fault and go on)"
+        )
+
+
 __all__ = ["UnknownBackendError"]  # defined below the plugin layer, which raises it too

@@ -33,7 +33,7 @@ from aitune_core.plugins.api import PROJECT_NAME
 from aitune_core.plugins.containment import GuardedPlugin, attributed, describe_error, raised_at
 from aitune_core.plugins.loader import PluginSource, Selection, strict_from_env
 from aitune_core.plugins.named import BACKENDS, EXECUTORS, NamedClasses
-from aitune_core.plugins.records import Candidate, PluginRecord, PluginStatus
+from aitune_core.plugins.records import Candidate, PluginHookError, PluginRecord, PluginStatus
 
 LIFECYCLE_HOOKS = ("aitune_before_step", "aitune_wrap_step", "aitune_after_step")
 
@@ -126,11 +126,12 @@ class PluginRegistry(pluggy.PluginManager):
         Its record becomes failed, with the reason, and one error is logged, however many
         threads or modules hit the fault at once. Its backend classes stay registered:
         backends already built from them, and checkpoints naming them, must keep working.
-        With ``AITUNE_STRICT_PLUGINS=1`` the error propagates instead, for plugin authors'
-        test suites.
+        With ``AITUNE_STRICT_PLUGINS=1`` a :class:`PluginHookError` naming the plugin and
+        the hook propagates instead, for plugin authors' test suites, through whatever the
+        hook was part of: a candidate's build fails the whole ``tune()``, not the candidate.
         """
         if self.strict:
-            raise error
+            raise PluginHookError(self._records[plugin_id], hook_name, error) from error
         with self._lock:
             guarded = self._plugins.get(plugin_id)
             if guarded is None:

@@ -20,7 +20,7 @@ from aitune_core import log
 from aitune_core.backends import BackendState, BuildContext
 from aitune_core.config import config
 from aitune_core.context import BATCH_SIZE_KEY, global_context
-from aitune_core.plugins import PluginError, PluginRecord, PluginStatus, loading
+from aitune_core.plugins import PluginError, PluginHookError, PluginRecord, PluginStatus, loading
 from aitune_core.plugins.loader import PluginSource, Selection, builtin_source, discover
 from aitune_core.plugins.registry import PluginRegistry
 from aitune_core.testing.fake_dists import write_fake_dist
@@ -262,8 +262,47 @@ def test_strict_mode_lets_a_hook_error_raise(
 ) -> None:
     registry, _ = load_faulty(aitune_isolated_plugins, faulty, "aitune_graph_key_parts", strict=True)
     wrapped = aitune_core.Module(torch.nn.Linear(4, 4), unique_name("strict"))
-    with pytest.raises(RuntimeError, match="aitune_graph_key_parts is broken"):
+    with pytest.raises(PluginHookError, match="aitune_graph_key_parts is broken") as raised:
         wrapped(torch.randn(2, 4))
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    assert record_of(registry, "aitune_fake_faulty").status is PluginStatus.LOADED
+
+
+@pytest.mark.parametrize(
+    "hook",
+    [
+        "aitune_before_step",
+        "aitune_wrap_step",
+        "aitune_wrap_step teardown",
+        "aitune_after_step",
+        "aitune_default_candidates",
+        "aitune_choose_strategy",
+    ],
+)
+def test_strict_mode_stops_tuning_at_a_hook_that_raises(
+    hook: str,
+    faulty: Any,
+    aitune_isolated_plugins: Any,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lifecycle hook raising while a candidate builds fails tune(), not the candidate (which left it eager)."""
+    monkeypatch.setenv("AITUNE_STRICT_PLUGINS", "1")
+    registry, plugin = load_faulty(aitune_isolated_plugins, faulty, hook, strict=None)
+    config.cache_dir = tmp_path / "cache"
+    model = torch.nn.Linear(4, 4).eval()
+    module = aitune_core.Module(model, unique_name("strict"))
+    asked = hook in ("aitune_default_candidates", "aitune_choose_strategy")  # asked only when no strategy is given
+    strategy = None if asked else aitune_core.FirstWinsStrategy([aitune_core.TorchEagerBackend()])
+    with pytest.raises(PluginHookError) as raised:
+        aitune_core.tune(module, [torch.randn(4) for _ in range(4)], batch_sizes=[1, 2], strategy=strategy)
+    message = str(raised.value)
+    assert message.startswith("aitune plugin 'aitune_fake_faulty' from aitune-fake-faulty ")
+    assert f"raised RuntimeError: {hook} is broken in its hook {hook.split()[0]};" in message
+    assert "AITUNE_STRICT_PLUGINS=1" in message
+    assert plugin.CALLS.count(hook) == 1, "stopped at the first fault"
+    assert module.state is aitune_core.ModuleState.RECORDING and not module.backends
     assert record_of(registry, "aitune_fake_faulty").status is PluginStatus.LOADED
 
 
