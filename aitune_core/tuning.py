@@ -55,6 +55,7 @@ from aitune_core.strategies.base import TuneStrategy
 from aitune_core.strategies.defaults import default_backends
 from aitune_core.strategies.graph_run import run_graph, submit_early
 from aitune_core.strategies.max_throughput import MaxThroughputStrategy
+from aitune_core.strategies.request import GraphTuneRequest
 from aitune_core.strategies.run import GraphRun
 from aitune_core.threads import resolve_threads, running_at
 from aitune_core.validation.inputs import to_device
@@ -361,9 +362,10 @@ def _submit_early(
             graph = specs[module.name].get(record.spec.key, record.spec)
             cache_dir = config.cache_dir / module.name / graph.name
             guard = guards[module.name]
-            run = strategy.start(
+            request = GraphTuneRequest(
                 module.module, module.name, graph, record.samples, device, cache_dir, module.signature, guard
             )
+            run = strategy.start(request)
             runs[(module.name, graph.key)] = run
     submitted = {id(run) for run in submit_early(list(runs.values()), executor, log)}
     return {key: run for key, run in runs.items() if id(run) in submitted}
@@ -421,20 +423,10 @@ def _tune_graphs(
         cache_dir = config.cache_dir / module.name / graph.name
         # A graph that raises stays eager; a changed module or a broken setup stops tune(),
         # which puts every route back.
-        run, graph_report = run_graph(
-            strategy,
-            module.module,
-            module.name,
-            graph,
-            record.samples,
-            device,
-            cache_dir,
-            module.signature,
-            executor,
-            guard,
-            log,
-            early.get((module.name, graph.key)),
+        request = GraphTuneRequest(
+            module.module, module.name, graph, record.samples, device, cache_dir, module.signature, guard
         )
+        run, graph_report = run_graph(strategy, request, executor, log, early.get((module.name, graph.key)))
         report.graphs.append(graph_report)
         selected = graph_report.selected
         assert run.backend is not None, "a run ends with a backend, tuned or eager"

@@ -32,6 +32,7 @@ from aitune_core.reporting.summary import GraphReport
 from aitune_core.strategies.base import TuneStrategy
 from aitune_core.strategies.defaults import default_backends
 from aitune_core.strategies.graph_run import run_graph
+from aitune_core.strategies.request import GraphTuneRequest
 
 UNBOUNDED = Tolerances.uniform(math.inf, math.inf)
 """Lossy candidates are judged by the metric: only the outputs' structure and finiteness are checked."""
@@ -99,19 +100,11 @@ def tune_lossy(
     try:
         for record in module.graphs.values():
             graph = specs.get(record.spec.key, record.spec)
-            run, report = run_graph(
-                strategy,
-                module.module,
-                module.name,
-                graph,
-                record.samples,
-                device,
-                config.cache_dir / module.name / graph.name,
-                module.signature,
-                executor,
-                guard,
-                log,
+            cache_dir = config.cache_dir / module.name / graph.name
+            request = GraphTuneRequest(
+                module.module, module.name, graph, record.samples, device, cache_dir, module.signature, guard
             )
+            run, report = run_graph(strategy, request, executor, log)
             assert run.backend is not None, "a run ends with a backend, tuned or eager"
             route = Route(graph, run.backend, run.lower)
             exact = next((r for r in lossless if r.module == module.name and r.graph == graph.name), None)

@@ -42,6 +42,7 @@ from aitune_core.partition.children import Child, replay_children
 from aitune_core.reporting.summary import GraphReport, TuneReport
 from aitune_core.strategies.base import TuneStrategy
 from aitune_core.strategies.graph_run import run_graph
+from aitune_core.strategies.request import GraphTuneRequest
 from aitune_core.strategies.run import GraphRun
 
 
@@ -217,19 +218,8 @@ class Descent:
         graph = record.spec
         log = get_logger(module=name)
         log.info("tuning graph", graph=graph.name, samples=len(record.samples))
-        run, report = run_graph(
-            self.strategy,
-            module,
-            name,
-            graph,
-            record.samples,
-            self.device,
-            cache_dir,
-            signature,
-            self.executor,
-            self.guard,
-            log,
-        )
+        request = GraphTuneRequest(module, name, graph, record.samples, self.device, cache_dir, signature, self.guard)
+        run, report = run_graph(self.strategy, request, self.executor, log)
         self.report.graphs.append(report)
         return run, report
 

@@ -16,6 +16,7 @@ _EXPORTS: dict[str, str] = {
     "MinLatencyStrategy": "aitune_core.strategies.min_latency",
     "OneBackendStrategy": "aitune_core.strategies.one_backend",
     "GraphRun": "aitune_core.strategies.run",
+    "GraphTuneRequest": "aitune_core.strategies.request",
 }
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "FirstWinsStrategy",
     "GraphRun",
     "GraphSession",
+    "GraphTuneRequest",
     "LatencyBudgetStrategy",
     "MaxThroughputStrategy",
     "MinLatencyStrategy",
@@ -43,4 +45,5 @@ if TYPE_CHECKING:
     from aitune_core.strategies.max_throughput import MaxThroughputStrategy
     from aitune_core.strategies.min_latency import MinLatencyStrategy
     from aitune_core.strategies.one_backend import OneBackendStrategy
+    from aitune_core.strategies.request import GraphTuneRequest
     from aitune_core.strategies.run import GraphRun

@@ -4,19 +4,19 @@ A strategy holds what the user chose (its candidates, the performance gate, tole
 the profile, the timer, how many backends a graph may keep) and the policy that turns
 those into a choice: subclasses implement ``_tune(run)`` and may extend
 ``_pre_tune(run)``/``_post_tune(run)``. What one graph's tuning finds lives in that
-graph's :class:`~aitune_core.strategies.run.GraphRun`, made by :meth:`TuneStrategy.start`,
-so one strategy can tune several graphs at once. The run's helpers (build a copy,
-validate against eager, compare with eager at every serving batch size and route each
-range to its winner) are the same for every strategy, so custom strategies get the same
-checks and the same summary rows for free.
+graph's :class:`~aitune_core.strategies.run.GraphRun`, made by :meth:`TuneStrategy.start`
+from a :class:`~aitune_core.strategies.request.GraphTuneRequest` (the graph, its module,
+samples and device), so one strategy can tune several graphs at once. The run's helpers
+(build a copy, validate against eager, compare with eager at every serving batch size
+and route each range to its winner) are the same for every strategy, so custom
+strategies get the same checks and the same summary rows for free.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -31,14 +31,13 @@ from aitune_core.evaluate.result import (  # noqa: F401 - the errors are re-expo
 )
 from aitune_core.evaluate.session import GraphSession
 from aitune_core.executors.base import Executor
-from aitune_core.graphs.forward_signature import ForwardSignature
-from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.guard import ModuleGuard
 from aitune_core.log import get_logger
 from aitune_core.profiling.measurement import ProfileConfig
 from aitune_core.profiling.timer import Timer, WallClock
 from aitune_core.strategies.defaults import default_backends
 from aitune_core.strategies.ranking import Ranking, lost_reason
+from aitune_core.strategies.request import GraphTuneRequest, requested
 from aitune_core.strategies.run import GraphRun, never_wins
 
 DEFAULT_PERFORMANCE_GATE = 1.01
@@ -111,60 +110,45 @@ class TuneStrategy(abc.ABC):
         return f"{type(self).__name__}([{names}])"
 
     # ------------------------------------------------------------------ entry point
-    def start(
-        self,
-        module: torch.nn.Module,
-        name: str,
-        graph_spec: GraphSpec,
-        data: list[Sample],
-        device: torch.device,
-        cache_dir: Path,
-        signature: ForwardSignature | None = None,
-        guard: ModuleGuard | None = None,
-    ) -> GraphRun:
-        """A run of this strategy on one graph, not started yet: :meth:`GraphRun.tune` chooses its backend.
+    def start(self, request: GraphTuneRequest, *legacy: Any, **legacy_keywords: Any) -> GraphRun:
+        """A run of this strategy on the request's graph, not started yet: :meth:`GraphRun.tune` chooses its backend.
 
-        guard: watches ``module`` around every candidate step; ``tune()`` passes one per
-            module so its copy of the weights serves all the module's graphs. None: one
-            for this graph only, released when the run ends.
+        The argument-list form of earlier versions, ``start(module, name, graph_spec,
+        data, device, cache_dir, signature=None, guard=None)``, still works, with a
+        DeprecationWarning.
         """
-        log = get_logger(module=name, graph=graph_spec.name, strategy=type(self).__name__)
+        request, _ = requested("start", request, legacy, legacy_keywords)
+        log = get_logger(module=request.name, graph=request.graph.name, strategy=type(self).__name__)
         session = GraphSession(
-            module=module,
-            module_name=name,
-            graph=graph_spec,
-            samples=data,
-            device=device,
-            cache_dir=cache_dir,
-            signature=signature or ForwardSignature(module.forward),
+            module=request.module,
+            module_name=request.name,
+            graph=request.graph,
+            samples=request.samples,
+            device=request.device,
+            cache_dir=request.cache_dir,
+            signature=request.forward_signature(),
             tolerances=self.tolerances,
             profile_config=self.profile_config,
             timer=self._timer(),
             log=log,
-            guard=guard if guard is not None else ModuleGuard(module, name, log=log),
+            guard=request.guard if request.guard is not None else ModuleGuard(request.module, request.name, log=log),
         )
-        return GraphRun(self, session, owns_guard=guard is None)
+        return GraphRun(self, session, owns_guard=request.guard is None)
 
     def tune(
-        self,
-        module: torch.nn.Module,
-        name: str,
-        graph_spec: GraphSpec,
-        data: list[Sample],
-        device: torch.device,
-        cache_dir: Path,
-        signature: ForwardSignature | None = None,
-        executor: Executor | None = None,
-        guard: ModuleGuard | None = None,
+        self, request: GraphTuneRequest, *legacy: Any, executor: Executor | None = None, **legacy_keywords: Any
     ) -> GraphRun:
         """Choose, build and activate one graph's backend: the run, with it as ``run.backend``.
 
         executor: where candidates run; None takes ``config.executor`` for this graph only.
         What the strategy raises propagates; :func:`~aitune_core.strategies.graph_run.run_graph`
-        is what leaves a graph eager instead.
+        is what leaves a graph eager instead. The argument-list form of earlier versions
+        (``tune(module, name, graph_spec, data, device, cache_dir, signature=None,
+        executor=None, guard=None)``) still works, with a DeprecationWarning.
         """
-        run = self.start(module, name, graph_spec, data, device, cache_dir, signature, guard)
-        run.tune(executor)
+        request, old_executor = requested("tune", request, legacy, legacy_keywords)
+        run = self.start(request)
+        run.tune(executor if executor is not None else old_executor)
         return run
 
     def _pre_tune(self, run: GraphRun) -> None:

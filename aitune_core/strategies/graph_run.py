@@ -13,36 +13,27 @@ which build ends first.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from aitune_core.backends.base import Backend
 from aitune_core.executors.base import Executor, ExecutorError
-from aitune_core.graphs.forward_signature import ForwardSignature
-from aitune_core.graphs.graph_spec import GraphSpec, Sample
-from aitune_core.guard import ModuleChangedError, ModuleGuard, ModuleRestoreError
+from aitune_core.guard import ModuleChangedError, ModuleRestoreError
 from aitune_core.reporting.summary import GraphReport
 from aitune_core.strategies.base import TuneStrategy
+from aitune_core.strategies.request import GraphTuneRequest
 from aitune_core.strategies.run import GraphRun
 
 
 def run_graph(
     strategy: TuneStrategy,
-    module: torch.nn.Module,
-    name: str,
-    graph: GraphSpec,
-    samples: list[Sample],
-    device: torch.device,
-    cache_dir: Path,
-    signature: ForwardSignature,
+    request: GraphTuneRequest,
     executor: Executor,
-    guard: ModuleGuard,
     log: Any,
     run: GraphRun | None = None,
 ) -> tuple[GraphRun, GraphReport]:
-    """The run of ``strategy`` on ``graph`` (its ``backend`` ACTIVE, its ``lower`` ranges), and the graph's row.
+    """The run of ``strategy`` on the request's graph (its ``backend`` ACTIVE, its ``lower`` ranges), and its row.
 
     A graph whose tuning raises stays eager with the reason in its row (eager itself
     failing on a generated input, say), so the graphs already tuned keep theirs. What
@@ -50,8 +41,9 @@ def run_graph(
     executor that cannot run) propagates, as does everything from a strategy that
     surfaces its errors. ``run``: the graph's run when its builds were submitted early.
     """
+    graph = request.graph
     if run is None:
-        run = strategy.start(module, name, graph, samples, device, cache_dir, signature, guard)
+        run = strategy.start(request)
     try:
         with torch.no_grad():
             run.tune(executor)
@@ -65,7 +57,7 @@ def run_graph(
         with torch.no_grad():
             run.give_up(reason)
     report = GraphReport(
-        name,
+        request.name,
         graph.name,
         type(strategy).__name__,
         list(run.results),

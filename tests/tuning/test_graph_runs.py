@@ -27,6 +27,7 @@ from aitune_core.profiling.timer import EAGER, ScriptedTimer
 from aitune_core.strategies import (
     FirstWinsStrategy,
     GraphRun,
+    GraphTuneRequest,
     LatencyBudgetStrategy,
     MaxThroughputStrategy,
     MinLatencyStrategy,
@@ -87,17 +88,21 @@ def recorded(tmp_path: Path) -> list[BuildContext]:
     ]
 
 
+def request_of(context: BuildContext) -> GraphTuneRequest:
+    return GraphTuneRequest(
+        context.module,
+        context.module_name,
+        copy.deepcopy(context.graph_spec),
+        context.samples,
+        context.device,
+        context.cache_dir,
+        context.signature,
+    )
+
+
 def tune(strategy: TuneStrategy, context: BuildContext) -> GraphRun:
     with torch.no_grad():
-        return strategy.tune(
-            context.module,
-            context.module_name,
-            copy.deepcopy(context.graph_spec),
-            context.samples,
-            context.device,
-            context.cache_dir,
-            context.signature,
-        )
+        return strategy.tune(request_of(context))
 
 
 def outcome(run: GraphRun) -> dict[str, Any]:
@@ -135,3 +140,28 @@ def test_max_throughput_routes_each_range_to_its_fastest(tmp_path: Path) -> None
     mlp, wide = (outcome(tune(strategy, context)) for context in recorded(tmp_path))
     assert mlp["ranges"] == [(1, 4, SMALL.describe()), (5, 8, LARGE.describe())]
     assert wide["ranges"] == [(1, 1, SMALL.describe()), (2, 32, LARGE.describe())]
+
+
+def test_the_argument_list_of_earlier_versions_still_tunes_and_names_the_request(tmp_path: Path) -> None:
+    """Code written before GraphTuneRequest calls start and tune with the graph's facts one by one: the same
+    runs come out, with a warning that shows the new form."""
+    strategy = STRATEGIES["max_throughput"](ScriptedTimer(TIMER))
+    context = recorded(tmp_path)[0]
+    expected = outcome(tune(strategy, context))
+    facts = (context.module, context.module_name, copy.deepcopy(context.graph_spec), context.samples, context.device)
+    with torch.no_grad():
+        with pytest.warns(DeprecationWarning, match=r"strategy\.tune\(GraphTuneRequest\("):
+            tuned = strategy.tune(*facts, context.cache_dir, context.signature)
+        with pytest.warns(DeprecationWarning, match=r"strategy\.start\(GraphTuneRequest\("):
+            started = strategy.start(*facts, cache_dir=context.cache_dir)  # the signature read from forward
+        started.tune()
+    assert outcome(tuned) == outcome(started) == expected
+
+
+def test_a_request_comes_alone_and_the_old_form_must_fit(tmp_path: Path) -> None:
+    strategy = STRATEGIES["max_throughput"](ScriptedTimer(TIMER))
+    context = recorded(tmp_path)[0]
+    with pytest.raises(TypeError, match=r"takes a GraphTuneRequest and nothing else"):
+        strategy.start(request_of(context), context.signature)
+    with pytest.raises(TypeError, match=r"TuneStrategy\.tune takes a GraphTuneRequest \(missing"):
+        strategy.tune(context.module, context.module_name)
