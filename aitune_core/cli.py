@@ -19,7 +19,6 @@ import torch
 
 from aitune_core._version import __version__
 from aitune_core.checkpoint.inspect import describe_checkpoint
-from aitune_core.config import config
 from aitune_core.demo.models import DEMO_MODELS
 from aitune_core.errors import CheckpointError
 from aitune_core.inspection import inspect as inspect_workload
@@ -232,41 +231,56 @@ def run_plugins_check(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- aitune cache
 def add_cache_command(subparsers: Subparsers) -> None:
-    parser = add_command(subparsers, "cache", run_cache, "list, prune or clear the store of built candidates")
+    summary = "list, prune or clear the cache: built candidates, build folders, exports and the rest"
+    parser = add_command(subparsers, "cache", run_cache, summary)
     parser.add_argument("action", choices=["list", "prune", "clear"], nargs="?", default="list", help="default: list")
     parser.add_argument("--max-mb", type=int, default=None, help="prune to this many MiB instead of the configured cap")
 
 
 def run_cache(args: argparse.Namespace) -> int:
-    """The artifact store in the cache folder (config.cache_dir, AITUNE_CACHE_DIR) keeps every candidate
-    that was built and validated, so that tuning the same weights again loads it instead of building it.
-    'list' shows each entry with its backend, what it was built for, its size and its age; 'prune' removes
-    the entries used longest ago until the store fits its cap (config.store_max_mb, AITUNE_STORE_MAX_MB, or
-    --max-mb), and any that are unusable; 'clear' removes every entry.
+    """The cache folder (config.cache_dir, AITUNE_CACHE_DIR) holds the artifact store, which keeps every
+    candidate that was built and validated so that tuning the same weights again loads it instead of
+    building it, the build folders of running tunes and tuned models, ONNX exports, loaded checkpoints and
+    the JIT's checkpoints. All of it counts against one cap (config.cache_max_mb, AITUNE_CACHE_MAX_MB).
+    'list' shows each part's size and each stored entry with its backend, what it was built for, its size
+    and its age; 'prune' removes what processes that are gone left behind, unusable entries, and then what
+    was used longest ago until the cache fits its cap (or --max-mb); 'clear' removes everything no running
+    process uses.
     """
     from tabulate import tabulate
 
-    from aitune_core.store import listing  # the store's files: for this command only
-    from aitune_core.store.store import STORE, ArtifactStore  # as above: loaded by this command only
+    from aitune_core.store import eviction, listing  # the cache's files: for this command only
+    from aitune_core.store.store import ArtifactStore  # as above: loaded by this command only
+    from aitune_core.store.usage import scan
 
-    store = ArtifactStore(config.cache_dir.expanduser().absolute() / STORE, config.store_max_mb * 2**20)
-    if args.action == "clear":
-        print(f"removed {store.clear()} entries from {store.root}")
-        return 0
-    if args.action == "prune":
-        if args.max_mb is not None and args.max_mb < 0:
-            print("aitune cache: --max-mb must be at least 0", file=sys.stderr)
-            return 2
-        cap = None if args.max_mb is None else args.max_mb * 2**20
-        removed = store.prune(cap)
-        print(f"removed {len(removed)} entries ({listing.megabytes(sum(e.size for e in removed))})")
-        entries = store.entries()
-        print(listing.summary(store, entries))
-        return 0
+    root = eviction.cache_root()
+    store = ArtifactStore.of_config()
+    if args.max_mb is not None and args.max_mb < 0:
+        print("aitune cache: --max-mb must be at least 0", file=sys.stderr)
+        return 2
+    cap = eviction.cap_bytes() if args.max_mb is None else args.max_mb * 2**20
+    if args.action in ("prune", "clear"):
+        if args.action == "clear":
+            tidied = eviction.clear(root)
+        else:
+            pruned = store.prune(None if args.max_mb is None else min(cap, store.max_bytes))
+            if pruned:
+                print(f"removed {len(pruned)} store entries ({listing.megabytes(sum(e.size for e in pruned))})")
+            tidied = eviction.tidy(root, cap, cap_name="--max-mb" if args.max_mb is not None else "config.cache_max_mb")
+        print(listing.removed_text(tidied))
+        kept = listing.in_use_text(tidied.usage.of("in use"))
+        if kept:
+            print(kept)
+    usage = scan(root)
     entries = store.entries()
-    if entries:
-        print(tabulate(listing.rows(entries), headers=listing.HEADERS, tablefmt="simple", maxcolwidths=[None, 60, 50]))
-    print(listing.summary(store, entries))
+    if args.action == "list":
+        print(tabulate(listing.part_rows(usage), headers=listing.PART_HEADERS, tablefmt="simple"))
+        if entries:
+            print()
+            print(
+                tabulate(listing.rows(entries), headers=listing.HEADERS, tablefmt="simple", maxcolwidths=[None, 60, 50])
+            )
+    print(listing.summary(usage, cap, store, entries))
     return 0
 
 

@@ -5,8 +5,8 @@ made it rather than deep inside a tuning run.
 
 Every ``AITUNE_*`` variable is read here (:func:`env_text`, :func:`env_flag`), so each
 is parsed one way and a wrong value is refused with its name: ``AITUNE_CACHE_DIR``,
-``AITUNE_EXECUTOR``, ``AITUNE_ALLOW_LOSSY``, ``AITUNE_STORE``, ``AITUNE_STORE_MAX_MB`` and
-``AITUNE_PARALLEL_BUILDS`` (defaults of the settings below),
+``AITUNE_EXECUTOR``, ``AITUNE_ALLOW_LOSSY``, ``AITUNE_STORE``, ``AITUNE_CACHE_MAX_MB``,
+``AITUNE_STORE_MAX_MB`` and ``AITUNE_PARALLEL_BUILDS`` (defaults of the settings below),
 ``AITUNE_MAX_BATCH_SIZE`` (``data``), ``AITUNE_LOG_LEVEL`` and ``AITUNE_LOG_FORMAT``
 (``log``), ``AITUNE_PLUGINS``, ``AITUNE_DISABLED_PLUGINS`` and ``AITUNE_STRICT_PLUGINS``
 (``plugins.loader``), and the ``aitune-jit`` distribution's ``AITUNE_JIT_<OPTION>``
@@ -104,17 +104,30 @@ def _default_store() -> bool:
     return True if not text else parse_flag("AITUNE_STORE", text)
 
 
-def _default_store_max_mb() -> int:
-    text = env_text("AITUNE_STORE_MAX_MB")
+def _env_megabytes(name: str) -> int | None:
+    """A whole number of MiB of at least 1 from the variable ``name``; None when it is unset."""
+    text = env_text(name)
     if not text:
-        return 10240
+        return None
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
-        raise ValueError(f"AITUNE_STORE_MAX_MB must be a whole number of MiB of at least 1, got {text!r}")
+        raise ValueError(f"{name} must be a whole number of MiB of at least 1, got {text!r}")
     return value
+
+
+DEFAULT_CACHE_MAX_MB = 10240
+
+
+def _default_cache_max_mb() -> int:
+    value = _env_megabytes("AITUNE_CACHE_MAX_MB")
+    return DEFAULT_CACHE_MAX_MB if value is None else value
+
+
+def _default_store_max_mb() -> int | None:
+    return _env_megabytes("AITUNE_STORE_MAX_MB")
 
 
 def _boolean(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -229,9 +242,16 @@ class Config:
         instead of building it again when the same graph of the same weights is tuned with
         the same backend, config, plugin version, torch and device. On unless
         ``AITUNE_STORE=0``.
-    store_max_mb: the store's size cap in MiB (``AITUNE_STORE_MAX_MB``, default 10240); past it,
-        the entries used longest ago are removed after each new one (``aitune cache prune``
-        applies it by hand).
+    cache_max_mb: the cap in MiB on everything aitune keeps under ``cache_dir``
+        (``AITUNE_CACHE_MAX_MB``, default 10240): the store, build folders, exports, loaded
+        checkpoints and the rest (see :mod:`aitune_core.store.usage`). Past it, what was used
+        longest ago is removed, each removal logged, after every stored build and at the end
+        of every ``tune()``; what a running process uses is never removed, and folders of
+        processes that are gone are removed whatever the cap. ``aitune cache prune`` applies
+        it by hand.
+    store_max_mb: deprecated, kept for compatibility: a cap in MiB on the store alone, within
+        ``cache_max_mb`` (``AITUNE_STORE_MAX_MB``). None (the default): the store shares
+        ``cache_max_mb`` with the rest of the cache.
     """
 
     strict_mode: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
@@ -256,7 +276,8 @@ class Config:
     partition_min_time_share: float = attrs.field(default=0.0, validator=_fraction)
     profile_cap_s: float = attrs.field(default=300.0, validator=_positive_seconds)
     store: bool = attrs.field(factory=_default_store, validator=_boolean)
-    store_max_mb: int = attrs.field(factory=_default_store_max_mb, validator=_positive_int)
+    cache_max_mb: int = attrs.field(factory=_default_cache_max_mb, validator=_positive_int)
+    store_max_mb: int | None = attrs.field(factory=_default_store_max_mb, validator=_optional_positive_int)
 
     def reset(self) -> None:
         """Restore every setting to its default (tests and notebooks use this)."""

@@ -51,6 +51,7 @@ from aitune_core.partition.descent import partition_fallback, serves_eagerly
 from aitune_core.profiling.budget import profiling_budget
 from aitune_core.reporting.console import emit_block
 from aitune_core.reporting.summary import TuneReport
+from aitune_core.store import eviction
 from aitune_core.strategies.base import TuneStrategy
 from aitune_core.strategies.defaults import default_backends
 from aitune_core.strategies.graph_run import run_graph, submit_early
@@ -119,6 +120,7 @@ def tune(
     modes = TrainingModes(m for module in wrapped for m in (module, *module.module.modules()))
     # Claimed before anything else: from here on, other threads' calls run unrecorded, never tuning data.
     claimed = [(module, module.start_recording()) for module in wrapped]
+    eviction.tune_started()  # what processes that are gone left in the cache goes before anything is built
     try:
         if accuracy is not None:
             dataset, held = split(dataset, accuracy)
@@ -150,6 +152,7 @@ def tune(
         raise
     finally:
         modes.restore()
+        eviction.tune_finished()  # build folders nothing serves from go; the cache is kept under its cap
 
 
 def _tune(

@@ -5,17 +5,14 @@
   process, after ``tune()``, every candidate that passed validation is tuned again on
   its own (``OneBackendStrategy(b).enable_performance_validation(False)``) and the tuned
   module, eager and each single backend are timed independently, alternating round by
-  round on one thread. Quality at a batch size is the best single variant's median time
+  round at ``--threads``. Quality at a batch size is the best single variant's median time
   (eager included) over the tuned module's: 1.0 means the routing is as fast as the best
-  one could have picked. Agreement: how many runs chose the most common routing (the
-  backend serving each of the user's batch sizes). Models: the bundled demo models, and
-  timm's resnet18 and a tiny transformers BERT where those packages are installed
-  (random weights, nothing downloaded);
-* traps, on the wall clock: a backend that runs the module and then busy-waits 10% of
-  eager's measured time must never be selected; one that skips 10% of an artificial
-  per-call delay that eager pays must be selected;
-* warm-cache tune of the 512-2048-512 MLP with inductor JIT and eager: ``tune()`` wall time
-  with a warm ``TORCHINDUCTOR_CACHE_DIR`` (target 2 s), and the compiles in the build log.
+  one could have picked. For resnet18 (``AITUNE_BENCH_ALONE``) each variant is also timed
+  alone in a process of its own (:mod:`bench.alone`). Agreement: how many runs chose the
+  most common routing (the backend serving each of the user's batch sizes). Models: the
+  bundled demo models, and timm's resnet18 and a tiny transformers BERT where those
+  packages are installed (random weights, nothing downloaded);
+* traps and the warm-cache tune: :mod:`bench.selection_traps`.
 
 Every tune runs in a subprocess (``python -m bench.selection JOB``) so that nothing
 compiled or cached in memory by one run helps the next. The Inductor cache on disk is
@@ -45,17 +42,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import alone
+from bench.alone import save_variants, time_alone
 from bench.neighbours import bursty_neighbours, load_wanted
-from bench.timing import ROOT, Options, Result, Stats, alternate, calibrate, per_call
+from bench.timing import ROOT, Options, Ratio, Result, Stats, alternate, calibrate, per_call
 
 QUALITY_TARGET = 0.9
 """The chosen routing's speed over the best single backend's, at every batch size, in every run."""
-WARM_TUNE_TARGET_S = 2.0
-TRAP_DELAY_S = 0.002
-"""The artificial per-call delay that eager pays in the trap model (the fast trap skips 10% of it)."""
 JOB_TIMEOUT_S = 900
 RESULT_MARK = "SELECTION-RESULT "
-BUILD_FINISHED = re.compile(r"build finished.*")
 RETAKEN = re.compile(r"compared .*?retaken=(\d+)")
 
 
@@ -78,23 +73,10 @@ MODELS = (
 CRITERION_A_MODEL = "resnet18"
 OTHER_RUNS = int(os.environ.get("AITUNE_BENCH_SELECTION_RUNS", "3"))
 """Fresh-process runs of the other models (resnet18 always gets 5, as criterion (a) asks)."""
+ALONE_MODELS = [n for n in os.environ.get("AITUNE_BENCH_ALONE", CRITERION_A_MODEL).split(",") if n]
+"""Models whose variants are also timed each alone in a process of its own (:mod:`bench.alone`)."""
 ONLY_MODELS = [name for name in os.environ.get("AITUNE_BENCH_SELECTION_MODELS", "").split(",") if name]
 """Measure only these models (comma-separated names from MODELS); empty: all."""
-
-
-@dataclass
-class Ratio(Result):
-    """A dimensionless number (a speed ratio, a share of runs); ``passed`` is the verdict, if any."""
-
-    unit: str = "x"
-    passed: bool | None = None
-
-    def scaled(self, value: float) -> float:
-        return value
-
-    @property
-    def meets_target(self) -> bool | None:
-        return self.passed
 
 
 # ---------------------------------------------------------------------- in the subprocess
@@ -249,7 +231,9 @@ def _selection_job(job: dict[str, Any]) -> dict[str, Any]:
         for label, alone in singles.items():
             fns[label] = lambda x=x, alone=alone: alone(x)
         timings[str(size)] = _time_variants(fns, job["rounds"])
+    alone_paths = save_variants(wrapped, singles, Path(job["alone_dir"])) if job.get("alone_dir") else {}
     return {
+        "alone_paths": alone_paths,
         "model": name,
         "tune_s": tune_s,
         "load": bool(job.get("load")),
@@ -264,148 +248,18 @@ def _selection_job(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _trap_classes() -> tuple[Any, Any, Any]:
-    """The trap model and the two trap backends (defined here so that torch loads only in the subprocess)."""
-    import attrs
-    import torch
-
-    import aitune_core as ait
-    from bench.tuning import SmallMLP
-
-    def spin(seconds: float) -> None:
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            pass
-
-    class SpinMLP(SmallMLP):
-        """The small MLP, busy-waiting ``delay_s`` per call before computing."""
-
-        def __init__(self, delay_s: float) -> None:
-            super().__init__()
-            self.delay_s = delay_s
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            if self.delay_s:
-                spin(self.delay_s)
-            return super().forward(x)
-
-    @attrs.frozen
-    class SlowTrapConfig(ait.BackendConfig):
-        delays: tuple[tuple[int, float], ...] = ()
-        """Extra busy-wait per call by batch size: 10% of eager's measured time there."""
-
-    class SlowTrapBackend(ait.Backend):
-        """Correct, and 10% slower than eager: runs the module, then busy-waits."""
-
-        name = "bench_slow_trap"
-        config_class = SlowTrapConfig
-
-        def _build(self, context: Any) -> None:
-            self.module = context.module
-            self.delays = dict(self.config.delays)  # type: ignore[attr-defined]
-            self.fallback = max(self.delays.values(), default=0.0)
-
-        def _infer(self, *args: Any, **kwargs: Any) -> Any:
-            out = self.module(*args, **kwargs)
-            spin(self.delays.get(args[0].shape[0], self.fallback))
-            return out
-
-    @attrs.frozen
-    class FastTrapConfig(ait.BackendConfig):
-        keep: float = 0.9
-        """The share of the module's artificial delay that this backend still pays."""
-
-    class FastTrapBackend(ait.Backend):
-        """Correct, and about 10% faster than eager: pays only ``keep`` of the module's delay."""
-
-        name = "bench_fast_trap"
-        config_class = FastTrapConfig
-
-        def _build(self, context: Any) -> None:
-            self.module = copy.deepcopy(context.module)
-            self.module.delay_s = context.module.delay_s * self.config.keep  # type: ignore[attr-defined]
-
-        def _infer(self, *args: Any, **kwargs: Any) -> Any:
-            return self.module(*args, **kwargs)
-
-    return SpinMLP, SlowTrapBackend, FastTrapBackend
-
-
-def _trap_job(job: dict[str, Any]) -> dict[str, Any]:
-    import torch
-
-    import aitune_core as ait
-
-    torch.set_num_threads(job["threads"])
-    ait.config.cache_dir = job["cache_dir"]
-    spin_mlp, slow_trap, fast_trap = _trap_classes()
-    sizes = [1, 4]
-    generator = torch.Generator().manual_seed(0)
-    samples = [torch.randn(16, generator=generator) for _ in range(8)]
-    # The strategy's defaults, less the max-batch search: eager's throughput here grows with
-    # the batch without end (the delay is per call), so the search would only add time.
-    profile = ait.ProfileConfig(max_batch_search=False)
-
-    probe = spin_mlp(TRAP_DELAY_S).eval()
-    eager_s = {}
-    for size in sizes:
-        x = _batch(samples, size)
-        measured = _time_variants({"eager": lambda x=x: probe(x)}, rounds=9)["eager"]
-        eager_s[size] = statistics.median(measured)
-
-    outcomes: dict[str, list[dict[str, Any]]] = {"slow": [], "fast": []}
-    for index in range(job["runs"]):
-        for kind in ("slow", "fast"):
-            torch.manual_seed(0)
-            model = spin_mlp(TRAP_DELAY_S).eval()
-            if kind == "slow":
-                backend = slow_trap(delays=tuple((size, 0.1 * eager_s[size]) for size in sizes))
-            else:
-                backend = fast_trap(keep=0.9)
-            wrapped = ait.Module(model, f"selection-trap-{kind}-{index}")
-            with bursty_neighbours(seed=index) if job.get("load") else contextlib.nullcontext():
-                report = ait.tune(
-                    wrapped, samples, batch_sizes=sizes, strategy=ait.MaxThroughputStrategy([backend], profile=profile)
-                )
-            row = next(c for g in report.graphs for c in g.candidates if c.backend == backend.describe())
-            outcomes[kind].append(
-                {
-                    "status": row.status,
-                    "serves": [size for size in sizes if row.status == "selected" and row.serves_batch(size)],
-                    "speedups": {str(size): s.describe() for size, s in row.speedups.items()},
-                    "reason": row.reason[:160],
-                }
-            )
-    return {"eager_s": {str(k): v for k, v in eager_s.items()}, "outcomes": outcomes}
-
-
-def _warm_job(job: dict[str, Any]) -> dict[str, Any]:
-    import torch
-    from aitune_inductor import TorchInductorJitBackend  # type: ignore[import-not-found]
-
-    import aitune_core as ait
-    from aitune_core.demo.models import DemoMLP, mlp_samples
-
-    torch.set_num_threads(job["threads"])
-    ait.config.cache_dir = job["cache_dir"]
-    torch.manual_seed(0)
-    wrapped = ait.Module(DemoMLP().eval(), "selection-warm-mlp")
-    strategy = ait.MaxThroughputStrategy([TorchInductorJitBackend(), ait.TorchEagerBackend()])
-    start = time.perf_counter()
-    report = ait.tune(wrapped, mlp_samples(), batch_sizes=[1, 2, 4, 8], strategy=strategy)
-    return {"tune_s": time.perf_counter() - start, "phases": dict(report.timings)}
-
-
-JOBS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    "selection": _selection_job,
-    "trap": _trap_job,
-    "warm": _warm_job,
-}
+JOBS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"selection": _selection_job, "alone": time_alone}
+"""Jobs run in fresh processes; the traps' and the warm-cache tune's are in :mod:`bench.selection_traps`."""
 
 
 def _worker(argv: list[str]) -> int:
     job = json.loads(argv[0])
-    result = JOBS[job["kind"]](job)
+    if job["kind"] in JOBS:
+        result = JOBS[job["kind"]](job)
+    else:
+        from bench.selection_traps import TRAP_JOBS
+
+        result = TRAP_JOBS[job["kind"]](job)
     print(RESULT_MARK + json.dumps(result), flush=True)
     return 0
 
@@ -491,6 +345,7 @@ def selection(options: Options, work: Path) -> tuple[list[Result], list[dict[str
                 "singles": singles,
                 "load": load_wanted(),
                 "seed": index,
+                "alone_dir": str(work / f"alone-{index}") if spec.name in ALONE_MODELS else None,
             }
             started = time.perf_counter()
             try:
@@ -499,6 +354,12 @@ def selection(options: Options, work: Path) -> tuple[list[Result], list[dict[str
                 _say(f"{spec.name} run {index + 1}/{count}: FAILED\n{error}")
                 continue
             run["retaken"] = sum(int(n) for n in RETAKEN.findall(log))
+            if run["alone_paths"]:
+                run["alone"] = alone.measure(run["alone_paths"], {**job, "rounds": options.rounds(7, 3)})
+                _say(
+                    f"{spec.name} run {index + 1}/{count}, each variant alone in its own process: "
+                    + alone.describe(run)
+                )
             runs.append(run)
             if singles is None:
                 singles = _near_best(run)
@@ -538,6 +399,18 @@ def _model_results(spec: ModelSpec, runs: list[dict[str, Any]], table: list[dict
             "best": best_often,
             "chosen": ", ".join(f"{name} x{n}" for name, n in chosen.most_common()),
         }
+        alone_values = [alone.quality(run["alone"], str(size))[0] for run in runs if run.get("alone")]
+        if alone_values:
+            row["sizes"][size]["alone"] = (statistics.median(alone_values), min(alone_values))
+            results.append(
+                Ratio(
+                    f"selection {spec.name}, batch {size}",
+                    "quality, each variant alone in its own process",
+                    Stats.of(alone_values),
+                    note=f"worst run {min(alone_values):.2f}",
+                    extra={"per_run": [run["alone"] for run in runs if run.get("alone")]},
+                )
+            )
         results.append(
             Ratio(
                 f"selection {spec.name}, batch {size}",
@@ -584,73 +457,6 @@ def _model_results(spec: ModelSpec, runs: list[dict[str, Any]], table: list[dict
     return results
 
 
-def traps(options: Options, work: Path) -> list[Result]:
-    count = options.rounds(20, 3)
-    job = {
-        "kind": "trap",
-        "runs": count,
-        "threads": options.threads,
-        "cache_dir": str(work / "aitune"),
-        "load": load_wanted(),
-    }
-    started = time.perf_counter()
-    outcome, _ = _spawn(job)
-    _say(f"traps: {count} runs each ({time.perf_counter() - started:.0f} s)")
-    results: list[Result] = []
-    for kind, rule in (("slow", "never selected"), ("fast", f">= {0.9 * count:.0f} of {count}")):
-        rows = outcome["outcomes"][kind]
-        any_size = sum(1 for r in rows if r["serves"])
-        every = sum(1 for r in rows if len(r["serves"]) == 2)
-        met = any_size == 0 if kind == "slow" else every >= 0.9 * count
-        label = "10% slower (busy-waits 10% of eager)" if kind == "slow" else "10% faster (skips 10% of eager's delay)"
-        speedups = collections.Counter(s for r in rows for s in r["speedups"].values())
-        _say(f"trap {kind}: selected in {any_size}/{count} (every size {every}); speedups seen: {dict(speedups)}")
-        results.append(
-            Ratio(
-                f"trap: {label}",
-                "runs where it serves every batch size",
-                Stats.of([every / count]),
-                note=f"serves some size in {any_size}/{count}, every size in {every}/{count}; "
-                f"needs {rule}: {'MET' if met else 'NOT MET'}",
-                passed=met,
-                extra={"eager_s": outcome["eager_s"], "runs": rows},
-            )
-        )
-    return results
-
-
-def warm_cache(options: Options, work: Path) -> list[Result]:
-    if not _installed("aitune_inductor"):
-        _say("warm cache: skipped, aitune_inductor is not installed")
-        return []
-    env = {"TORCHINDUCTOR_CACHE_DIR": str(work / "inductor-warm")}
-    job = {"kind": "warm", "threads": options.threads, "cache_dir": str(work / "aitune-warm")}
-    cold, _ = _spawn(job, env)
-    _say(f"warm cache: first (cold) tune {cold['tune_s']:.1f} s")
-    times, builds, phases = [], [], []
-    for _ in range(options.rounds(3, 1)):
-        warm, log = _spawn(job, env)
-        times.append(warm["tune_s"])
-        phases.append(warm["phases"])
-        builds += [
-            " ".join(re.findall(r"\b(?:backend|graphs|recompiles|compile_s)=\S+", line))
-            for line in BUILD_FINISHED.findall(log)
-        ]
-    _say(f"warm cache: tune {', '.join(f'{t:.2f}' for t in times)} s; builds: {builds[: len(builds) // len(times)]}")
-    build_s = statistics.median(p.get("build", 0.0) for p in phases)
-    return [
-        Result(
-            "warm-cache tune() MLP 512-2048-512, bs [1,2,4,8], inductor JIT + eager",
-            "wall time",
-            Stats.of(times),
-            "s",
-            WARM_TUNE_TARGET_S,
-            f"build {build_s:.2f} s of it; cold {cold['tune_s']:.1f} s; log: {'; '.join(dict.fromkeys(builds))}",
-            extra={"cold_s": cold["tune_s"], "phases": phases, "builds": builds},
-        )
-    ]
-
-
 def markdown(table: list[dict[str, Any]]) -> str:
     """The "selection" table of docs/benchmarks.md."""
     lines = [
@@ -673,6 +479,8 @@ def markdown(table: list[dict[str, Any]]) -> str:
 def run(options: Options) -> list[Result]:
     work = Path(tempfile.mkdtemp(prefix="aitune-bench-selection-"))
     started = time.perf_counter()
+    from bench.selection_traps import traps, warm_cache
+
     try:
         results = traps(options, work)
         results += warm_cache(options, work)

@@ -224,6 +224,21 @@ class Result:
 
 
 @dataclass
+class Ratio(Result):
+    """A dimensionless number (a speed ratio, a share of runs); ``passed`` is the verdict, if any."""
+
+    unit: str = "x"
+    passed: bool | None = None
+
+    def scaled(self, value: float) -> float:
+        return value
+
+    @property
+    def meets_target(self) -> bool | None:
+        return self.passed
+
+
+@dataclass
 class Options:
     """Settings every suite receives from the runner."""
 

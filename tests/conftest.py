@@ -7,6 +7,7 @@ test's traceback can keep its wrappers alive.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import sys
 from collections.abc import Callable, Iterator
@@ -21,10 +22,14 @@ if importlib.util.find_spec("aitune_core") is None:
 
 import torch
 
+from aitune_core.backends.build_folders import BUILDS
 from aitune_core.config import config
 from aitune_core.context import BATCH_SIZE_KEY, global_context
 from aitune_core.testing.isolation import unique_name  # noqa: F401  (the fixture, not its autouse siblings)
 from aitune_core.testing.timing import steady_timer
+
+_cache_dirs: set[Path] = set()
+"""Every cache folder a test tuned in: the session's end checks that no build folder is left in any."""
 
 
 @pytest.fixture(autouse=True)
@@ -37,7 +42,25 @@ def _default_config(tmp_path: Path) -> Iterator[None]:
     try:
         yield
     finally:
+        _cache_dirs.add(config.cache_dir.expanduser().absolute())  # the test may have moved it
         config.reset()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail a passing session that leaves a build folder behind: a tune's folders go with what serves from them.
+
+    Tuned modules the tests dropped are collected first; what is left then was never let go.
+    """
+    gc.collect()
+    left = sorted(folder for root in _cache_dirs for folder in (root / BUILDS).glob("*/*"))
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"{len(left)} build folder(s) left behind in the tests' cache folders:", *map(str, left[:20])]
+    if reporter is not None:
+        reporter.write_line("\n".join(lines), red=True)
+    if exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture

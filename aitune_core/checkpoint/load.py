@@ -105,10 +105,14 @@ def _open(path: Path) -> Path:
 
 
 def _private_folder(prefix: str) -> Path:
-    """A new folder only this process writes to (mode 0700), under the cache."""
+    """A new folder only this process writes to (mode 0700), under the cache, named after this process.
+
+    Its pid lets a later run tell a folder of a process that was killed (garbage) from
+    one still in use (see :mod:`aitune_core.store.usage`).
+    """
     parent = config.cache_dir / "loaded"
     parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
 
 
 # --------------------------------------------------------------------------- applying

@@ -25,6 +25,7 @@ from typing import Any
 
 from aitune_core.backends.artifacts import seal_passed
 from aitune_core.backends.base import Backend, BuildContext
+from aitune_core.backends.build_folders import disk_full_reason
 from aitune_core.backends.state import BackendState
 from aitune_core.evaluate.result import CandidateRejectedError, CandidateResult
 from aitune_core.evaluate.reuse import keep_build, stored_build
@@ -162,7 +163,8 @@ def failure_reason(error: BaseException) -> str:
     """The summary row's reason: the exception with its type, or a guard's finding as it is."""
     if isinstance(error, ModuleChangedError):
         return str(error)
-    return f"{type(error).__name__}: {error}".strip()
+    full = disk_full_reason(error)  # a full disk: which folder, and how to make room
+    return f"{type(error).__name__}: {full or error}".strip()
 
 
 class _ValidationFailed(Exception):

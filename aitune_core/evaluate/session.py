@@ -85,11 +85,12 @@ class GraphSession:
         """A build context whose ``cache_dir`` is a new folder that only this build writes to.
 
         See :mod:`aitune_core.backends.build_folders`: the folder is named after the
-        module's weights, the graph and the backend key, with a unique last part.
+        module's weights, the graph and the backend key, with a unique last part, and is
+        removed once the context is gone (the candidate lost, or the tuned module went).
         """
         weights = build_folders.weights_fingerprint(self.module, scope=self.guard)
         identity = build_folders.build_identity(weights, self.graph, backend.key())
-        return BuildContext(
+        context = BuildContext(
             module=self.module,
             module_name=self.module_name,
             graph_spec=self.graph,
@@ -98,3 +99,5 @@ class GraphSession:
             cache_dir=build_folders.claim_build_folder(build_folders.builds_root(self.cache_dir), identity),
             signature=self.signature,
         )
+        build_folders.hold(context, context.cache_dir)  # the folder goes with the last backend that uses it
+        return context

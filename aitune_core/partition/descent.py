@@ -145,6 +145,7 @@ class Descent:
             cache_dir=build_folders.claim_build_folder(build_folders.builds_root(cache_dir), identity),
             signature=signature,
         )
+        build_folders.hold(context, context.cache_dir)
         try:
             with self.guard.step("build"):
                 backend.build(context)

@@ -6,6 +6,7 @@ Layout, under ``<config.cache_dir>/store`` (a private folder, see :mod:`.trust`)
     entries/<ab>/<key>/         one entry per key (see :mod:`.entry`), plus ``used``,
                                 whose modification time is when it was last used
     staging/<pid>-<random>/     entries being written
+    reading/<key>.<pid>-<rnd>   a process reading the entry ``key`` now: never evicted meanwhile
 
 An entry is written into ``staging`` and renamed into ``entries`` in one step, so a
 reader sees a complete entry or none, and a run killed while writing leaves only a
@@ -15,7 +16,12 @@ store the same key race harmlessly: the first rename wins, the second is dropped
 An entry that cannot be used (unreadable, foreign, a file changed) is refused with the
 reason logged and removed, and the candidate is built as if it were not there; the new
 build then takes its place. After each new entry, entries used longest ago are removed
-until the store fits ``config.store_max_mb``.
+until the store fits its own cap (``config.store_max_mb`` when set), and then the whole
+cache is kept under ``config.cache_max_mb`` (:mod:`.eviction`), each removal logged.
+
+A full disk while an entry is written leaves only the staging folder, which is removed
+at once: the entry is not stored (a warning says which folder is full and what to do),
+the candidate still serves, and nothing half written is ever listed or read.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import os
 import secrets
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +39,15 @@ import attrs
 
 from aitune_core.backends.artifacts import ArtifactSeal
 from aitune_core.backends.base import Backend
+from aitune_core.backends.build_folders import disk_full_reason
 from aitune_core.config import config
 from aitune_core.processes import pid_alive
 from aitune_core.store.entry import BadEntryError, EntryRecord, read_entry, restore_entry, write_entry
+from aitune_core.store.eviction import MIB, tidy
+from aitune_core.store.folders import fsync_tree, new_private_folder, remove_aside
 from aitune_core.store.trust import ForeignEntryError, private_folder, secret
+from aitune_core.store.usage import READING, STORE
 
-STORE = "store"
 ENTRIES = "entries"
 STAGING = "staging"
 USED = "used"
@@ -57,25 +67,40 @@ class Listed:
 
 @attrs.define(eq=False)
 class ArtifactStore:
-    """The store at ``root``, kept under ``max_bytes``."""
+    """The store at ``root`` (``<cache>/store``), kept under ``max_bytes``, in a cache kept under ``cache_max_bytes``.
+
+    cache_max_bytes: the cap on the whole cache folder that holds ``root``; None: the
+        store keeps only itself under its cap.
+    """
 
     root: Path
     max_bytes: int
+    cache_max_bytes: int | None = None
 
     @classmethod
     def from_config(cls) -> ArtifactStore | None:
         """The store ``config`` describes, or None when ``config.store`` is off."""
         if not config.store:
             return None
-        return cls(config.cache_dir.expanduser().absolute() / STORE, config.store_max_mb * 2**20)
+        return cls.of_config()
+
+    @classmethod
+    def of_config(cls) -> ArtifactStore:
+        """The store in ``config.cache_dir`` with the configured caps, whether or not tuning uses it."""
+        own_cap = config.store_max_mb if config.store_max_mb is not None else config.cache_max_mb
+        root = config.cache_dir.expanduser().absolute() / STORE
+        return cls(root, min(own_cap, config.cache_max_mb) * MIB, config.cache_max_mb * MIB)
 
     def to_data(self) -> dict[str, Any]:
         """What a worker process needs to use this store (it may have another ``config``)."""
-        return {"root": str(self.root), "max_bytes": self.max_bytes}
+        return {"root": str(self.root), "max_bytes": self.max_bytes, "cache_max_bytes": self.cache_max_bytes}
 
     @classmethod
     def from_data(cls, data: dict[str, Any] | None) -> ArtifactStore | None:
-        return None if data is None else cls(Path(data["root"]), int(data["max_bytes"]))
+        if data is None:
+            return None
+        cache_cap = data.get("cache_max_bytes")
+        return cls(Path(data["root"]), int(data["max_bytes"]), None if cache_cap is None else int(cache_cap))
 
     def folder(self, key: str) -> Path:
         return self.root / ENTRIES / key[:2] / key
@@ -91,13 +116,30 @@ class ArtifactStore:
         if not folder.is_dir():
             return None
         try:
-            record = read_entry(folder, key, secret(self.root, create=False))
-            backend = restore_entry(folder, record, target)
+            with self._reading(key):
+                record = read_entry(folder, key, secret(self.root, create=False))
+                backend = restore_entry(folder, record, target)
         except Exception as error:  # whatever is wrong with it, the candidate is built instead
-            self.refuse(key, _reason(error), log)
+            self.refuse(key, _reason(error, target), log)
             return None
         self.touch(key)
         return backend, record
+
+    @contextlib.contextmanager
+    def _reading(self, key: str) -> Iterator[None]:
+        """Mark the entry of ``key`` as being read by this process, so that no eviction takes it meanwhile."""
+        marker = None
+        with contextlib.suppress(OSError):  # a store that cannot be marked is still read: eviction is then a race
+            base = self.root / READING
+            base.mkdir(parents=True, exist_ok=True, mode=0o700)
+            marker = base / f"{key}.{os.getpid()}-{secrets.token_hex(4)}"
+            marker.touch()
+        try:
+            yield
+        finally:
+            if marker is not None:
+                with contextlib.suppress(OSError):
+                    marker.unlink()
 
     def refuse(self, key: str, reason: str, log: Any) -> None:
         log.warning("stored build refused; building it again", entry=key[:16], reason=reason)
@@ -130,23 +172,25 @@ class ArtifactStore:
         try:
             key_bytes = secret(private_folder(self.root), create=True)
             assert key_bytes is not None
-            staging = _new_staging(self.root)
+            staging = new_private_folder(self.root / STAGING)
             record = write_entry(staging, key, parts, backend, validated, key_bytes, where)
             (staging / USED).touch()
-            _fsync_tree(staging)
+            fsync_tree(staging)
             final.parent.mkdir(parents=True, exist_ok=True)
             os.rename(staging, final)  # atomic: readers see the whole entry or nothing
             staging = None
         except Exception as error:  # the build served; only its storing failed
             if final.is_dir():  # another run stored the same build first
                 return None
-            log.warning("build not stored", backend=backend.describe(), reason=_reason(error))
+            log.warning("build not stored", backend=backend.describe(), reason=_reason(error, self.root))
             return None
         finally:
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
-        log.info("build stored", backend=record.description, entry=key[:16], mb=round(record.size / 2**20, 2))
+        log.info("build stored", backend=record.description, entry=key[:16], mb=round(record.size / MIB, 2))
         self.prune(log=log)
+        if self.cache_max_bytes is not None:
+            tidy(self.root.parent, self.cache_max_bytes, log)
         return record
 
     # ------------------------------------------------------------------ keeping it small
@@ -172,39 +216,43 @@ class ArtifactStore:
         """Remove entries used longest ago until the store holds at most ``max_bytes``; return them.
 
         Entries that do not read are removed first, whatever the size, and so are staging
-        folders of runs that are gone.
+        folders of runs that are gone. Entries another process is reading stay. Each
+        removal is logged (``cache evicted``: what, its size, why).
         """
         cap = self.max_bytes if max_bytes is None else max_bytes
         self._clean_staging()
-        listed = self.entries()
-        removed = [entry for entry in listed if entry.record is None]
+        reading = self._being_read()
+        listed = [entry for entry in self.entries() if entry.key not in reading]
+        removed = [(entry, f"unusable: {entry.problem}") for entry in listed if entry.record is None]
         kept = [entry for entry in listed if entry.record is not None]
         total = sum(entry.size for entry in kept)
         for entry in kept:
             if total <= cap:
                 break
-            removed.append(entry)
+            removed.append((entry, f"used longest ago, while the store held {total / MIB:.2f} MiB"))
             total -= entry.size
-        for entry in removed:
+        for entry, why in removed:
             self.remove(entry.key)
-        if removed and log is not None:
-            log.info(
-                "store pruned", removed=len(removed), cap_mb=round(cap / 2**20, 1), kept_mb=round(total / 2**20, 1)
-            )
-        return removed
+            if log is not None:
+                what = f"{STORE}/{ENTRIES}/{entry.key[:2]}/{entry.key}"
+                why = f"{why}; the store's cap is {cap / MIB:.1f} MiB (config.store_max_mb, else config.cache_max_mb)"
+                log.info("cache evicted", what=what, size_mb=round(entry.size / MIB, 2), why=why)
+        return [entry for entry, _ in removed]
+
+    def _being_read(self) -> set[str]:
+        """Keys of the entries a live process is reading now."""
+        keys = set()
+        base = self.root / READING
+        for marker in base.iterdir() if base.is_dir() else []:
+            key, _, owner = marker.name.partition(".")
+            pid = owner.split("-", 1)[0]
+            if pid.isdigit() and pid_alive(int(pid)):
+                keys.add(key)
+        return keys
 
     def remove(self, key: str) -> None:
         """Remove one entry: renamed out of ``entries`` first, so no reader sees it half removed."""
-        folder = self.folder(key)
-        if not folder.exists():
-            return
-        try:
-            aside = _new_staging(self.root)
-            os.rename(folder, aside / "removed")
-        except OSError:
-            shutil.rmtree(folder, ignore_errors=True)
-            return
-        shutil.rmtree(aside, ignore_errors=True)
+        remove_aside(self.folder(key), self.root / STAGING)
 
     def clear(self) -> int:
         """Remove every entry (and staging folder); return how many entries there were."""
@@ -219,24 +267,6 @@ class ArtifactStore:
             pid = folder.name.split("-", 1)[0]
             if not pid.isdigit() or not pid_alive(int(pid)):
                 shutil.rmtree(folder, ignore_errors=True)
-
-
-def _new_staging(root: Path) -> Path:
-    base = root / STAGING
-    base.mkdir(parents=True, exist_ok=True, mode=0o700)
-    folder = base / f"{os.getpid()}-{secrets.token_hex(6)}"
-    folder.mkdir(mode=0o700)
-    return folder
-
-
-def _fsync_tree(folder: Path) -> None:
-    for path in [*folder.rglob("*"), folder]:
-        with contextlib.suppress(OSError):
-            descriptor = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(descriptor)
-            finally:
-                os.close(descriptor)
 
 
 def _size(folder: Path) -> int:
@@ -255,7 +285,8 @@ def _last_used(folder: Path) -> float:
     return time.time()
 
 
-def _reason(error: BaseException) -> str:
+def _reason(error: BaseException, folder: Path | None = None) -> str:
     if isinstance(error, (BadEntryError, ForeignEntryError)):
         return str(error)
-    return f"{type(error).__name__}: {error}"
+    full = disk_full_reason(error, folder)
+    return full if full is not None else f"{type(error).__name__}: {error}"

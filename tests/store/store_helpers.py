@@ -8,6 +8,7 @@ its outputs. Every build in this process is noted in ``BUILDS``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -109,3 +110,18 @@ def tune(plugin: Any, name: str, module: nn.Module | None = None, **options: Any
 
 def rows(report: Any) -> list[Any]:
     return [candidate for graph in report.graphs for candidate in graph.candidates]
+
+
+def wide_model(seed: int) -> nn.Module:
+    """A model whose weights file is about a quarter of a MiB, with weights of its own for each seed."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 4)).eval()
+
+
+def folder_size(folder: Path) -> int:
+    """Bytes of every file under ``folder``, counted the plain way (``du --apparent-size``), for checking the cache."""
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file() and not path.is_symlink())
+
+
+def build_folders(cache: Path) -> list[Path]:
+    return sorted((cache / "builds").glob("*/*"))

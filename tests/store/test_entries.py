@@ -128,15 +128,16 @@ def test_aitune_cache_lists_prunes_and_clears(
     listed = cli(capsys)
     assert listed.count("RecordingFileBackend() [aitune-test-recording 1.0]") == 2
     assert "2 entries" in listed and "MiB" in listed and "Last used" in listed
-    assert "removed 0 entries" in cli(capsys, "prune")  # under the cap
+    assert "store: built candidates" in listed and "cap (config.cache_max_mb" in listed
+    assert "removed 0 (0.0 MiB)" in cli(capsys, "prune")  # under the cap
     oldest = store().entries()[0]
     os.utime(oldest.folder / "used", (1_000_000, 1_000_000))
     entry_size = max(e.size for e in store().entries())
     config.store_max_mb = 1
     pruned = cli(capsys, "prune", "--max-mb", "0")
-    assert "removed 2 entries" in pruned and "0 entries" in pruned
+    assert "removed 2 store entries" in pruned and "0 entries" in pruned
     tune(plugin, unique_name("c"), changed_model(2.0))
     assert entry_size < 2**20
-    assert "removed 1 entries" in cli(capsys, "clear")
+    assert "removed 1 (0.0 MiB): store 1" in cli(capsys, "clear")
     assert "0 entries" in cli(capsys, "list")
     assert not any(Path(config.cache_dir / "store" / "entries").glob("*/*"))

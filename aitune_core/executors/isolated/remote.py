@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from aitune_core.backends import build_folders
 from aitune_core.backends.artifacts import ArtifactChangedError, ArtifactSeal, seal, seal_passed, verify_files
 from aitune_core.evaluate.candidate import release
 from aitune_core.evaluate.result import CandidateFailedError, CandidateRejectedError
@@ -189,6 +190,7 @@ class RemoteExecutor(Executor):
             raise ExecutorError(f"{result.backend} did not pass, so there is nothing to restore")
         start = time.perf_counter()
         guard = session.guard  # what ran in a worker is made again here, next to the user's own module
+        artifacts: dict[str, str] = {}
         if data.get("is_jit"):  # code compiled in its worker's memory: compile it again here
             backend, step, how = blueprint.blueprint(), "build", "rebuilt from its config"
         else:
@@ -199,6 +201,7 @@ class RemoteExecutor(Executor):
             step, how = "activate", "loaded from its artifacts"
         context = session.context(backend)
         context.cache_dir.mkdir(parents=True, exist_ok=True)
+        build_folders.hold_artifacts(context, artifacts.values())  # the worker's build folder goes with the winner
         try:
             with guard.step(step):
                 (backend.build if step == "build" else backend.activate)(context)

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from aitune_core.config import config
 from aitune_core.executors.base import DEFAULT_TIMEOUT_S
 from aitune_core.executors.isolated import memory
 from aitune_core.executors.isolated.answer import Answer, looks_out_of_memory
@@ -223,6 +224,7 @@ def _child_environment(threads: int | None = None) -> dict[str, str]:
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["PYTHONFAULTHANDLER"] = "1"
+    env["AITUNE_CACHE_DIR"] = str(config.cache_dir.expanduser().absolute())  # builds go to this cache's builds/
     return env
 
 

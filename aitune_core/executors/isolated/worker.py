@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from aitune_core.backends import build_folders
 from aitune_core.backends.artifacts import seal_of
 from aitune_core.evaluate.candidate import failure_reason, release, run_candidate
 from aitune_core.evaluate.result import CandidateResult
@@ -168,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     graph_dir, candidate_file, answer_file, stage_file = (Path(arg) for arg in args)
     candidate = json.loads(candidate_file.read_text())
+    build_folders.build_for(os.getppid())  # the tuning process restores the winner from here, after this exits
     if candidate.get("background"):
         print(f"background priority: {step_aside()}", file=sys.stderr)
     started = time.perf_counter()
