@@ -4,7 +4,8 @@ A backend author never imports this module. An executor author (``aitune-ray`` i
 one) ships graphs to workers and candidates' answers back: the executor contract,
 the payload and answer sent as plain data, the worker-side run, the session and
 result types an executor fills in, and the helpers that watch a candidate's process
-tree for memory, and whether a worker that left files behind still runs. Like the
+tree for memory, whether a worker that left files behind still runs, and the artifact
+store, for workers that keep builds in a cache folder of their own. Like the
 backend surface, these names keep their meaning within a plugin API version.
 """
 
@@ -19,11 +20,13 @@ from aitune_core.executors.isolated.payload import GraphPayload
 from aitune_core.executors.isolated.remote import RemoteExecutor
 from aitune_core.executors.isolated.worker import EXIT_OUT_OF_MEMORY, run_payload, worker_id
 from aitune_core.processes import pid_alive
+from aitune_core.store.store import ArtifactStore
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "EXIT_OUT_OF_MEMORY",
     "Answer",
+    "ArtifactStore",
     "CandidateResult",
     "Executor",
     "ExecutorError",

@@ -6,9 +6,15 @@ What travels, and how often:
   :class:`~aitune_core.plugin_api.executors.GraphPayload` put in Ray's object store
   (``ray.put``); every task of the graph gets a reference, so a node fetches it once
   however many candidates it runs;
-* per candidate: the backend's registered name and config (plain data), and back its
-  summary row as JSON plus, for an ahead-of-time backend, its artifacts as bytes in
-  the object store, fetched only for the winner.
+* per candidate: the backend's registered name and config (plain data), and back where
+  it runs (worker and node), its summary row as JSON and, for an ahead-of-time backend
+  that passed, its artifacts as bytes through the object store. The driver fetches
+  those as soon as the candidate passes and writes them under its own cache folder
+  (it restores every passed candidate to time it anyway), so a node that leaves the
+  cluster later takes nothing the tuning still needs.
+
+Workers share no disk with the driver: each builds in its node's temporary folder and
+keeps builds in its node's own artifact store (:mod:`aitune_ray.nodes`).
 
 Each task asks for what its device needs: one GPU (``num_gpus``) for CUDA graphs,
 ``num_cpus`` CPUs otherwise, plus any custom ``resources`` and, with ``memory_mb``, that
@@ -21,12 +27,14 @@ code ten seconds later. Without ``memory_mb`` a candidate may hold half of its n
 memory, so that one runaway candidate cannot take a node down. A task first reports which
 worker took it; its time limit starts then, so time spent waiting for room in the
 cluster does not count. Ray does not retry a task (``max_retries=0``): a worker that
-dies, is killed at the time limit or loses its node makes that candidate a failed row
-naming the worker; the other candidates and the tuning go on.
+dies or is killed at the time limit makes that candidate a failed row naming the
+worker, and a node that leaves the cluster (removed, preempted, its raylet dead) makes
+each candidate running there a failed row naming the node, ``node lost: node <id> at
+<address> ...``; the other candidates and the tuning go on.
 
 The driver connects to ``address``, else to ``RAY_ADDRESS``, else starts a Ray on this
-machine (and stops it when the tuning run ends). A Ray the caller started with
-``ray.init`` is used as it is and left running.
+machine (and stops it when the tuning run ends), whose workers share this process's
+cache folder. A Ray the caller started with ``ray.init`` is used as it is and left running.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from aitune_core.plugin_api import get_logger
+from aitune_core.plugin_api import config, get_logger
 from aitune_core.plugin_api.executors import (
     DEFAULT_TIMEOUT_S,
     EXIT_OUT_OF_MEMORY,
@@ -52,6 +60,7 @@ from aitune_core.plugin_api.executors import (
 )
 from aitune_ray.artifacts import unpack_artifacts
 from aitune_ray.memory_watch import CandidateMemoryError, MemoryWatch
+from aitune_ray.nodes import Place
 from aitune_ray.worker import has_artifacts
 
 if TYPE_CHECKING:
@@ -65,10 +74,11 @@ UNSTARTED = "ray (not started)"
 
 @attrs.define(eq=False)
 class _Graph:
-    """A graph in the object store, the task options of its candidates, and the tasks running."""
+    """A graph in the object store, its candidates' task options, where artifacts go here, and the tasks running."""
 
     payload: Any
     options: dict[str, Any]
+    cache_dir: Path
     running: set[Any] = attrs.field(factory=set)
     lock: threading.Lock = attrs.field(factory=threading.Lock)
 
@@ -145,7 +155,7 @@ class RayExecutor(RemoteExecutor):
                 ray.init(address=address, runtime_env=self.runtime_env)
             else:
                 paths = os.pathsep.join(dict.fromkeys(entry or os.getcwd() for entry in sys.path))
-                runtime_env = self.runtime_env or {"env_vars": {"PYTHONPATH": paths}}
+                runtime_env = self.runtime_env or {"env_vars": {"PYTHONPATH": paths, **_this_cache()}}
                 ray.init(
                     num_cpus=self.local_cpus,
                     include_dashboard=False,
@@ -195,7 +205,7 @@ class RayExecutor(RemoteExecutor):
         return options
 
     def ship(self, session: GraphSession, payload: GraphPayload) -> _Graph:
-        return _Graph(self._ray().put(payload), self.task_options(session.device))
+        return _Graph(self._ray().put(payload), self.task_options(session.device), session.cache_dir)
 
     def cache_dir_for(self, session: GraphSession) -> str | None:
         return None  # workers build in folders of their own: the driver's disk may be elsewhere
@@ -209,34 +219,30 @@ class RayExecutor(RemoteExecutor):
         stream = self._remote_task().options(**graph.options).remote(graph.payload, candidate)
         with graph.lock:
             graph.running.add(stream)
-        worker = UNSTARTED
+        place = Place(UNSTARTED)
         try:
             if not ray.wait([stream], timeout=self.timeout_s)[0]:
                 ray.cancel(stream, force=True)
                 reason = f"no worker took it within {self.timeout_s:g} s (it asks for {graph.options})"
-                return Answer.failed("start", reason, worker)
-            worker = ray.get(next(stream))
+                return Answer.failed("start", reason, place.worker)
+            place = Place.from_data(ray.get(next(stream)))
             if not ray.wait([stream], timeout=self.timeout_s)[0]:
                 ray.cancel(stream, force=True)
-                return Answer.failed("run", f"timed out after {self.timeout_s:g} s", worker)
+                return Answer.failed("run", f"timed out after {self.timeout_s:g} s", place.worker)
             answer = Answer.from_json(ray.get(next(stream)))
-            if has_artifacts(answer.result):
-                answer.fetch = next(stream)  # the artifacts stay in the object store until the winner needs them
+            if has_artifacts(answer.result):  # here before the node can go; written by this process, not the worker
+                answer.fetch = unpack_artifacts(ray.get(next(stream), timeout=self.timeout_s), graph.cache_dir)
             return answer
         except ray.exceptions.TaskCancelledError:
-            return Answer.failed("run", "stopped: the strategy finished without it", worker)
+            return Answer.failed("run", "stopped: the strategy finished without it", place.worker)
         except (ray.exceptions.RayError, StopIteration) as error:
-            what = "out of memory" if _out_of_memory(ray, error) else "worker died"
-            return Answer.failed("run", f"{what}: {_first_line(error)}", worker, str(error))
+            return Answer.failed("run", _failure_reason(ray, error, place), place.worker, str(error))
         finally:
             with graph.lock:
                 graph.running.discard(stream)
 
     def fetch_artifacts(self, session: GraphSession, result: CandidateResult, fetch: Any) -> dict[str, str]:
-        if fetch is None:
-            return {}
-        packed = self._ray().get(fetch, timeout=self.timeout_s)
-        return unpack_artifacts(packed, session.cache_dir)
+        return dict(fetch or {})  # written under the driver's cache folder when the candidate passed (:meth:`run`)
 
     def cancel(self, handle: Any) -> None:
         graph: _Graph = handle
@@ -256,6 +262,14 @@ class RayExecutor(RemoteExecutor):
 
             ray.shutdown()
             self._started_ray = False
+
+
+def _this_cache() -> dict[str, str]:
+    """What gives a local Ray's workers this process's cache folder and store cap: one machine, one store."""
+    return {
+        "AITUNE_CACHE_DIR": str(config.cache_dir.expanduser().absolute()),
+        "AITUNE_STORE_MAX_MB": str(config.store_max_mb),
+    }
 
 
 def local_temp_dir() -> dict[str, Any]:
@@ -295,6 +309,26 @@ def run_limited_task(payload: GraphPayload, candidate: dict[str, Any]) -> Iterat
                 except StopIteration:
                     return
             yield answer
+
+
+def _failure_reason(ray: Any, error: BaseException, place: Place) -> str:
+    """Why a task ended without its answer: out of memory, its node gone, or its worker dead."""
+    if _out_of_memory(ray, error):
+        return f"out of memory: {_first_line(error)}"
+    node_died = getattr(ray.exceptions, "NodeDiedError", ())
+    if isinstance(error, node_died) or (place.node_id and not _node_alive(ray, place.node_id)):
+        if not place.node_id:  # it went before the worker said where it runs: Ray's message names it
+            return f"node lost: {_first_line(error)}"
+        return f"node lost: {place.describe()} left the cluster while the candidate ran ({type(error).__name__})"
+    return f"worker died: {_first_line(error)}"
+
+
+def _node_alive(ray: Any, node_id: str) -> bool:
+    """Whether the cluster still counts ``node_id`` among its live nodes (True when it cannot tell)."""
+    try:
+        return any(node.get("NodeID") == node_id and node.get("Alive") for node in ray.nodes())
+    except Exception:  # the cluster itself is unreachable: the worker's error says more
+        return True
 
 
 def _out_of_memory(ray: Any, error: BaseException) -> bool:

@@ -2,13 +2,15 @@
 
 Ray workers find this module through the ``PYTHONPATH`` the test's Ray is started with.
 ``SkipDelayBackend`` is clearly faster than eager (it drops a 5 ms sleep), so that the
-winner does not depend on noisy timings.
+winner does not depend on noisy timings. The cluster test's backends report where they
+build to a Ray actor (:class:`BuildLog`), and :data:`PLUGIN_SOURCE` registers them.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -130,6 +132,106 @@ class ArtifactBackend(SkipDelayBackend):
             module.load_state_dict(torch.load(self.weights, weights_only=True))
             self.loaded_from = self.weights
         self.built = module
+
+
+BUILD_LOG = "AITUNE_TEST_BUILD_LOG"
+"""Names the Ray actor (:class:`BuildLog`) that builds on the cluster test's workers report to; unset elsewhere."""
+
+
+class BuildLog:
+    """The cluster test's Ray actor (on the head node): builds say where they run, through Ray, not a file.
+
+    A build goes on once ``meet`` builds have reported, so that many ran at the same
+    time: on as many nodes, when each node runs one candidate at a time.
+    """
+
+    def __init__(self) -> None:
+        self.builds: list[dict[str, str]] = []
+        self.meet = 1
+
+    def reset(self, meet: int) -> None:
+        self.builds, self.meet = [], meet
+
+    def arrived(self, build: dict[str, str]) -> None:
+        self.builds.append(build)
+
+    def met(self) -> bool:
+        return len(self.builds) >= self.meet
+
+    def seen(self) -> list[dict[str, str]]:
+        return list(self.builds)
+
+
+def report_build(backend: Backend, context: BuildContext) -> bool:
+    """Tell the cluster test's :class:`BuildLog` where this build runs and wait for the others it meets.
+
+    False where there is no such log (the driver, other tests' Rays): the build goes on at once.
+    """
+    name = os.environ.get(BUILD_LOG)
+    if not name:
+        return False
+    import ray
+
+    log = ray.get_actor(name)
+    where = {
+        "backend": backend.describe(),
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "cache_dir": os.environ.get("AITUNE_CACHE_DIR", ""),
+        "temp_dir": tempfile.gettempdir(),
+        "build_dir": str(context.cache_dir),
+    }
+    ray.get(log.arrived.remote(where))
+    deadline = time.monotonic() + 120.0
+    while not ray.get(log.met.remote()):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the builds to meet never came: {ray.get(log.seen.remote())}")
+        time.sleep(0.05)
+    return True
+
+
+class ReportingJitBackend(SkipDelayBackend):
+    """:class:`SkipDelayBackend` that reports where it builds (see :func:`report_build`)."""
+
+    name = "test_ray_reporting_jit"
+
+    def _build(self, context: BuildContext) -> None:
+        report_build(self, context)
+        super()._build(context)
+
+
+class ReportingAotBackend(ArtifactBackend):
+    """:class:`ArtifactBackend` that reports where it builds (see :func:`report_build`)."""
+
+    name = "test_ray_reporting_aot"
+
+    def _build(self, context: BuildContext) -> None:
+        report_build(self, context)
+        super()._build(context)
+
+
+class StuckBackend(SkipDelayBackend):
+    """On the cluster test's workers, reports its build and never ends it (its node goes first); elsewhere, builds."""
+
+    name = "test_ray_stuck"
+
+    def _build(self, context: BuildContext) -> None:
+        if report_build(self, context):
+            time.sleep(600.0)  # the executor's time limit ends it if the node is not removed
+        super()._build(context)
+
+
+PLUGIN_SOURCE = """
+from aitune_core.plugin_api import PLUGIN_API_VERSION, hookimpl
+from ray_backends import ReportingAotBackend, ReportingJitBackend
+
+AITUNE_PLUGIN_API = PLUGIN_API_VERSION
+
+
+@hookimpl
+def aitune_register_backends():
+    return [ReportingAotBackend, ReportingJitBackend]
+"""
+"""A plugin registering the reporting backends, so that a checkpoint holding them loads."""
 
 
 MEETING_DIR = "AITUNE_TEST_MEETING_DIR"

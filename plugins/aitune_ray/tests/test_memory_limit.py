@@ -8,93 +8,30 @@ and the driver's reason when a task ran out of memory.
 from __future__ import annotations
 
 import json
-import sys
 import time
-import types
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from fake_ray import FakeRay
 
 from aitune_core.plugin_api.executors import Answer
 from aitune_ray import executor as ray_executor
 from aitune_ray import memory_watch as memory
 from aitune_ray.executor import MEMORY_KEY, RayExecutor, run_limited_task
-
-
-class _RayError(Exception):
-    pass
-
-
-class _FakeRemote:
-    """What ``ray.remote(...)(function)`` gives: records its options and runs nothing."""
-
-    def __init__(self, ray: _FakeRay, function: Any, options: dict[str, Any]) -> None:
-        self.ray, self.function, self.decorator_options = ray, function, options
-
-    def options(self, **options: Any) -> _FakeRemote:
-        self.ray.submitted_options.append(options)
-        return self
-
-    def remote(self, payload: Any, candidate: dict[str, Any]) -> Iterator[Any]:
-        self.ray.submitted_candidates.append(candidate)
-        return iter(self.ray.answers)
-
-
-class _FakeRay(types.ModuleType):
-    def __init__(self) -> None:
-        super().__init__("ray")
-        self.exceptions = types.SimpleNamespace(
-            RayError=_RayError,
-            TaskCancelledError=type("TaskCancelledError", (_RayError,), {}),
-            OutOfMemoryError=type("OutOfMemoryError", (_RayError,), {}),
-        )
-        self.submitted_options: list[dict[str, Any]] = []
-        self.submitted_candidates: list[dict[str, Any]] = []
-        self.remotes: list[_FakeRemote] = []
-        self.answers: list[Any] = []
-
-    def is_initialized(self) -> bool:
-        return True
-
-    def remote(self, **options: Any) -> Any:
-        def decorate(function: Any) -> _FakeRemote:
-            self.remotes.append(_FakeRemote(self, function, options))
-            return self.remotes[-1]
-
-        return decorate
-
-    def wait(self, refs: list[Any], timeout: float | None = None) -> tuple[list[Any], list[Any]]:
-        return refs, []
-
-    def get(self, value: Any, timeout: float | None = None) -> Any:
-        if isinstance(value, BaseException):
-            raise value
-        return value
-
-    def put(self, value: Any) -> Any:
-        return value
-
-    def cancel(self, ref: Any, force: bool = False) -> None:
-        pass
-
-
-@pytest.fixture
-def fake_ray(monkeypatch: pytest.MonkeyPatch) -> _FakeRay:
-    ray = _FakeRay()
-    monkeypatch.setitem(sys.modules, "ray", ray)
-    return ray
+from aitune_ray.nodes import Place
 
 
 def _graph(executor: RayExecutor, device: str) -> Any:
-    return ray_executor._Graph("payload", executor.task_options(torch.device(device)))
+    return ray_executor._Graph("payload", executor.task_options(torch.device(device)), Path("unused"))
 
 
-def test_tasks_book_the_memory_limit_with_ray(fake_ray: _FakeRay) -> None:
+def test_tasks_book_the_memory_limit_with_ray(fake_ray: FakeRay) -> None:
     executor = RayExecutor(memory_mb=2048, num_cpus=2)
     failed = Answer.failed("build", "RuntimeError: no", "7@node")
-    fake_ray.answers = ["7@node", failed.to_json()]
+    fake_ray.answers = [Place("7@node").to_data(), failed.to_json()]
     answer = executor.run(_graph(executor, "cpu"), {"label": "x", **executor.candidate_options()})
 
     assert answer.result.reason == "RuntimeError: no" and answer.fetch is None
@@ -105,7 +42,7 @@ def test_tasks_book_the_memory_limit_with_ray(fake_ray: _FakeRay) -> None:
     assert executor.task_options(torch.device("cuda")) == {"num_cpus": 2, "num_gpus": 1.0, "memory": 2048 * 2**20}
 
 
-def test_without_a_limit_nothing_is_booked_and_the_timeout_is_the_default(fake_ray: _FakeRay) -> None:
+def test_without_a_limit_nothing_is_booked_and_the_timeout_is_the_default(fake_ray: FakeRay) -> None:
     executor = RayExecutor()
     assert executor.timeout_s == 600
     assert executor.task_options(torch.device("cpu")) == {"num_cpus": 1.0}
@@ -121,14 +58,14 @@ def test_without_a_limit_nothing_is_booked_and_the_timeout_is_the_default(fake_r
         "RayError",  # a task that raised CandidateMemoryError: Ray wraps it in its own error
     ],
 )
-def test_a_task_out_of_memory_is_a_failed_row_saying_so(fake_ray: _FakeRay, error: str) -> None:
+def test_a_task_out_of_memory_is_a_failed_row_saying_so(fake_ray: FakeRay, error: str) -> None:
     executor = RayExecutor(memory_mb=512)
     kind = getattr(fake_ray.exceptions, error)
     text = {
         "OutOfMemoryError": "Task was killed due to the node running low on memory.",
         "RayError": "ray::run_limited_task() (pid=7) CandidateMemoryError: held 900 MiB, over the limit of 512 MiB",
     }[error]
-    fake_ray.answers = ["7@node", kind(text)]
+    fake_ray.answers = [Place("7@node").to_data(), kind(text)]
     record = executor.run(_graph(executor, "cpu"), {"label": "x", **executor.candidate_options()}).result
     assert record.status == "failed" and record.worker == "7@node"
     assert record.reason.startswith("out of memory: ")

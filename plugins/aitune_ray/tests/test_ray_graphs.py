@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 from ray_backends import FAST_PROFILE, MEETING_COUNT, MEETING_DIR, FourBranches, MeetingBackend, SlowDemoMLP
+from ray_setup import worker_env
 
 import aitune_core as ait
 from aitune_core import TorchEagerBackend, TuneReport
@@ -35,8 +35,8 @@ def four_worker_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from aitune_ray.executor import local_temp_dir
 
     meeting = tmp_path_factory.mktemp("meeting")
-    paths = os.pathsep.join(dict.fromkeys(entry or os.getcwd() for entry in sys.path))
-    env = {"PYTHONPATH": paths, "OMP_NUM_THREADS": "1", MEETING_DIR: str(meeting), MEETING_COUNT: str(MODULES)}
+    meet = {MEETING_DIR: str(meeting), MEETING_COUNT: str(MODULES)}
+    env = worker_env(tmp_path_factory.mktemp("workers-cache"), **meet)
     ray.init(
         num_cpus=MODULES,
         include_dashboard=False,
