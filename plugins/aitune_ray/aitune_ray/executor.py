@@ -100,7 +100,8 @@ class RayExecutor(RemoteExecutor):
         its worker starts; None: no booking, and at most half of its node's memory.
     runtime_env: the Ray runtime environment (``pip``, ``py_modules``, ``env_vars``...)
         for a Ray this executor connects to or starts; a local Ray gets this process's
-        ``sys.path`` by default, so its workers import what the driver imports.
+        ``sys.path`` and cache folder by default, so its workers import what the driver
+        imports and keep builds in the driver's store.
     fresh_workers: run every candidate in a new worker process (Ray's ``max_calls=1``),
         so no compiler state carries over from one candidate to the next; costs a
         worker start-up per candidate. GPU tasks get fresh workers in any case.
