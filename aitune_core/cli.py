@@ -263,7 +263,7 @@ def run_cache(args: argparse.Namespace) -> int:
         if args.action == "clear":
             tidied = eviction.clear(root)
         else:
-            pruned = store.prune(None if args.max_mb is None else min(cap, store.max_bytes))
+            pruned = store.prune(None if args.max_mb is None else cap)
             if pruned:
                 print(f"removed {len(pruned)} store entries ({listing.megabytes(sum(e.size for e in pruned))})")
             tidied = eviction.tidy(root, cap, cap_name="--max-mb" if args.max_mb is not None else "config.cache_max_mb")

@@ -6,9 +6,11 @@ An entry is a folder named after its key::
     <key>/entry.sig              HMAC of entry.json under the store's secret (:mod:`.trust`)
     <key>/artifacts/<name>/<file>  each artifact, as the backend named it
 
-It is written from a candidate that passed: each file is copied from its build folder
-with its sha256 taken of the bytes copied (:func:`~aitune_core.backends.artifacts.copy_hashed`)
-and compared with the seal made when it passed, so only what was validated is stored.
+It is written from a candidate that passed: each file is hard-linked from its build
+folder (so while the tuned module serves from that folder, the bytes are on disk once),
+or copied where links are not possible, with its sha256 taken of the stored file
+(:func:`~aitune_core.store.folders.link_or_copy_hashed`) and compared with the seal made
+when it passed, so only what was validated is stored.
 It is read back the other way: copied into the new candidate's own build folder, the
 bytes hashed as they are copied and compared with the record, then restored by the
 installed class of the distribution that wrote it
@@ -30,6 +32,7 @@ from aitune_core.backends.base import Backend
 from aitune_core.backends.persistable import check_persistable
 from aitune_core.backends.restore import restore_backend
 from aitune_core.serialization import converter
+from aitune_core.store.folders import link_or_copy_hashed, write_whole
 from aitune_core.store.key import store_key
 from aitune_core.store.trust import ForeignEntryError, check_owned, check_signature, signature
 
@@ -95,7 +98,7 @@ def write_entry(
     files = {}
     for name, source in declared.items():
         file = _checked_name(name, source.name)
-        sha256, size = copy_hashed(source, folder / ARTIFACTS / name / file)
+        sha256, size = link_or_copy_hashed(source, folder / ARTIFACTS / name / file)
         sealed = validated.artifacts[name]
         if sha256 != sealed.sha256 or size != sealed.size:
             raise BadEntryError(f"artifact {name!r} at {source} changed after it was validated")
@@ -112,8 +115,8 @@ def write_entry(
         created=time.time(),
     )
     text = json.dumps(converter().unstructure(record), indent=1, sort_keys=True).encode()
-    (folder / RECORD_NAME).write_bytes(text)
-    (folder / SIGNATURE_NAME).write_text(signature(secret, text))
+    write_whole(folder / RECORD_NAME, text)
+    write_whole(folder / SIGNATURE_NAME, signature(secret, text).encode())
     return record
 
 

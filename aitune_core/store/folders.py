@@ -15,6 +15,8 @@ import secrets
 import shutil
 from pathlib import Path
 
+from aitune_core.backends.artifacts import copy_hashed, hash_file
+
 
 def new_private_folder(base: Path) -> Path:
     """A new folder ``<base>/<pid>-<random>`` (mode 0700) that only this process writes."""
@@ -22,6 +24,28 @@ def new_private_folder(base: Path) -> Path:
     folder = base / f"{os.getpid()}-{secrets.token_hex(6)}"
     folder.mkdir(mode=0o700)
     return folder
+
+
+def link_or_copy_hashed(source: Path, target: Path) -> tuple[str, int]:
+    """``source`` at ``target`` as a hard link (one copy of the bytes on disk), or copied; ``(sha256, size)`` of it.
+
+    The hash is taken of the file at ``target`` once it is there, so what is recorded is
+    what is stored. A file system without hard links (or another one) gets a copy.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        return copy_hashed(source, target)
+    return hash_file(target)
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """Write ``data`` to the new file ``path`` and flush it to disk; raises OSError (a full disk) as it comes."""
+    with path.open("xb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def fsync_tree(folder: Path) -> None:

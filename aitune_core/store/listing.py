@@ -82,7 +82,7 @@ def summary(usage: Usage, cap: int, store: ArtifactStore, entries: list[Listed])
     stored = sum(entry.size for entry in entries)
     store_cap = (
         f"its own cap is {megabytes(store.max_bytes)} (config.store_max_mb, AITUNE_STORE_MAX_MB)"
-        if store.cache_max_bytes is not None and store.max_bytes < store.cache_max_bytes
+        if store.max_bytes is not None
         else "it shares the cache's cap"
     )
     return (

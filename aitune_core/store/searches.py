@@ -19,6 +19,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from aitune_core.store.folders import write_whole
 from aitune_core.store.key import store_key
 from aitune_core.store.store import ArtifactStore
 from aitune_core.store.trust import check_owned, private_folder
@@ -44,9 +45,12 @@ def recalled(store: ArtifactStore, parts: dict[str, Any]) -> int | None:
 def remember(store: ArtifactStore, parts: dict[str, Any], max_batch_size: int) -> None:
     """Keep what a search with ``parts`` found (written whole, then renamed into place)."""
     path = _path(store, parts)
-    with contextlib.suppress(OSError):
+    staged = path.with_name(f".{os.getpid()}-{secrets.token_hex(4)}")
+    try:
         private_folder(store.root)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        staged = path.with_name(f".{os.getpid()}-{secrets.token_hex(4)}")
-        staged.write_text(json.dumps({"max_batch_size": max_batch_size}))
+        write_whole(staged, json.dumps({"max_batch_size": max_batch_size}).encode())
         os.replace(staged, path)
+    except OSError:  # a full disk, say: the search is simply done again next time
+        with contextlib.suppress(OSError):
+            staged.unlink()

@@ -67,14 +67,15 @@ class Listed:
 
 @attrs.define(eq=False)
 class ArtifactStore:
-    """The store at ``root`` (``<cache>/store``), kept under ``max_bytes``, in a cache kept under ``cache_max_bytes``.
+    """The store at ``root`` (``<cache>/store``), in a cache folder kept under ``cache_max_bytes``.
 
-    cache_max_bytes: the cap on the whole cache folder that holds ``root``; None: the
-        store keeps only itself under its cap.
+    max_bytes: a cap on the store alone (``config.store_max_mb``); None: none of its own.
+    cache_max_bytes: the cap on the whole cache folder that holds ``root``, which entries
+        share with everything else there (:mod:`.eviction`); None: not enforced here.
     """
 
     root: Path
-    max_bytes: int
+    max_bytes: int | None = None
     cache_max_bytes: int | None = None
 
     @classmethod
@@ -87,9 +88,8 @@ class ArtifactStore:
     @classmethod
     def of_config(cls) -> ArtifactStore:
         """The store in ``config.cache_dir`` with the configured caps, whether or not tuning uses it."""
-        own_cap = config.store_max_mb if config.store_max_mb is not None else config.cache_max_mb
-        root = config.cache_dir.expanduser().absolute() / STORE
-        return cls(root, min(own_cap, config.cache_max_mb) * MIB, config.cache_max_mb * MIB)
+        own_cap = None if config.store_max_mb is None else config.store_max_mb * MIB
+        return cls(config.cache_dir.expanduser().absolute() / STORE, own_cap, config.cache_max_mb * MIB)
 
     def to_data(self) -> dict[str, Any]:
         """What a worker process needs to use this store (it may have another ``config``)."""
@@ -99,8 +99,12 @@ class ArtifactStore:
     def from_data(cls, data: dict[str, Any] | None) -> ArtifactStore | None:
         if data is None:
             return None
-        cache_cap = data.get("cache_max_bytes")
-        return cls(Path(data["root"]), int(data["max_bytes"]), None if cache_cap is None else int(cache_cap))
+        own_cap, cache_cap = data.get("max_bytes"), data.get("cache_max_bytes")
+        return cls(
+            Path(data["root"]),
+            None if own_cap is None else int(own_cap),
+            None if cache_cap is None else int(cache_cap),
+        )
 
     def folder(self, key: str) -> Path:
         return self.root / ENTRIES / key[:2] / key
@@ -215,9 +219,10 @@ class ArtifactStore:
     def prune(self, max_bytes: int | None = None, log: Any = None) -> list[Listed]:
         """Remove entries used longest ago until the store holds at most ``max_bytes``; return them.
 
-        Entries that do not read are removed first, whatever the size, and so are staging
-        folders of runs that are gone. Entries another process is reading stay. Each
-        removal is logged (``cache evicted``: what, its size, why).
+        max_bytes: None takes the store's own cap, when it has one. Entries that do not
+        read are removed first, whatever the size, and so are staging folders of runs that
+        are gone. Entries another process is reading stay. Each removal is logged
+        (``cache evicted``: what, its size, why).
         """
         cap = self.max_bytes if max_bytes is None else max_bytes
         self._clean_staging()
@@ -227,15 +232,15 @@ class ArtifactStore:
         kept = [entry for entry in listed if entry.record is not None]
         total = sum(entry.size for entry in kept)
         for entry in kept:
-            if total <= cap:
+            if cap is None or total <= cap:
                 break
-            removed.append((entry, f"used longest ago, while the store held {total / MIB:.2f} MiB"))
+            why = f"used longest ago, while the store held {total / MIB:.2f} MiB"
+            removed.append((entry, f"{why}, over its own cap of {cap / MIB:.1f} MiB (config.store_max_mb)"))
             total -= entry.size
         for entry, why in removed:
             self.remove(entry.key)
             if log is not None:
                 what = f"{STORE}/{ENTRIES}/{entry.key[:2]}/{entry.key}"
-                why = f"{why}; the store's cap is {cap / MIB:.1f} MiB (config.store_max_mb, else config.cache_max_mb)"
                 log.info("cache evicted", what=what, size_mb=round(entry.size / MIB, 2), why=why)
         return [entry for entry, _ in removed]
 

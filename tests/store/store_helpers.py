@@ -119,8 +119,13 @@ def wide_model(seed: int) -> nn.Module:
 
 
 def folder_size(folder: Path) -> int:
-    """Bytes of every file under ``folder``, counted the plain way (``du --apparent-size``), for checking the cache."""
-    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file() and not path.is_symlink())
+    """Bytes of the files under ``folder``, each hard-linked file once (as ``du`` counts), for checking the cache."""
+    files = {}
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            info = path.stat()
+            files[(info.st_dev, info.st_ino)] = info.st_size
+    return sum(files.values())
 
 
 def build_folders(cache: Path) -> list[Path]:
