@@ -5,7 +5,7 @@ made it rather than deep inside a tuning run.
 
 Every ``AITUNE_*`` variable is read here (:func:`env_text`, :func:`env_flag`), so each
 is parsed one way and a wrong value is refused with its name: ``AITUNE_CACHE_DIR``,
-``AITUNE_EXECUTOR``, ``AITUNE_ALLOW_LOSSY``, ``AITUNE_STORE``, ``AITUNE_CACHE_MAX_MB``,
+``AITUNE_SPOT_CHECK_EVERY``, ``AITUNE_EXECUTOR``, ``AITUNE_ALLOW_LOSSY``, ``AITUNE_STORE``, ``AITUNE_CACHE_MAX_MB``,
 ``AITUNE_STORE_MAX_MB`` and ``AITUNE_PARALLEL_BUILDS`` (defaults of the settings below),
 ``AITUNE_MAX_BATCH_SIZE`` (``data``), ``AITUNE_LOG_LEVEL`` and ``AITUNE_LOG_FORMAT``
 (``log``), ``AITUNE_PLUGINS``, ``AITUNE_DISABLED_PLUGINS`` and ``AITUNE_STRICT_PLUGINS``
@@ -97,6 +97,20 @@ def _optional_positive_int(_instance: Any, attribute: attrs.Attribute[Any], valu
 
 def _default_allow_lossy() -> bool:
     return env_flag("AITUNE_ALLOW_LOSSY")
+
+
+def _default_spot_check_every() -> int:
+    text = env_text("AITUNE_SPOT_CHECK_EVERY")
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise ValueError(f"AITUNE_SPOT_CHECK_EVERY must be a whole number of calls (0: off), got {text!r}")
+    return int(text)
+
+
+def _optional_non_negative_int(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None:
+        _non_negative_int(_instance, attribute, value)
 
 
 def _default_store() -> bool:
@@ -199,7 +213,9 @@ class Config:
         temperature that changes on every call would otherwise create a graph per call;
         past the limit such calls run eagerly, with one warning naming the argument.
     cache_dir: where backends write what they build: a private folder per candidate under ``builds/``,
-        named after the weights, graph and backend it was built from; loads deploy under ``loaded/``.
+        named after the weights, graph and backend it was built from, kept while something serves
+        from it; the artifact store is ``store/``, loads deploy under ``loaded/``. All of it counts
+        against ``cache_max_mb``.
     fallback: what a tuned module does with a call it was not tuned for (an unseen graph or a
         shape outside the tuned range): ``"eager"`` runs the original module, ``"raise"`` raises.
     on_all_candidates_failed: when no candidate of a graph survives, ``"eager"`` keeps that
@@ -237,6 +253,13 @@ class Config:
         see :mod:`aitune_core.profiling.compare`); this cap, stated when tuning starts,
         bounds them all together. Once spent, comparisons stop as soon as they have an
         interval, and the summary says so.
+    spot_check_every: check one routed call in this many (per wrapped module) against the
+        original module, after the call has returned, on a thread of its own; a backend
+        that answers outside its validation tolerances is dropped and the original module
+        serves its calls, with a warning (see :mod:`aitune_core.module.spot_check`). 0 or
+        None (the default, or ``AITUNE_SPOT_CHECK_EVERY``) is off: a routed call then reads
+        this setting and nothing more. Measured on a small MLP at batch 1 on one thread
+        (median of the per-call time over SPOT_CALLS calls): SPOT_NUMBERS.
     store: keep what each candidate built and validated in the artifact store
         (``<cache_dir>/store``, see :mod:`aitune_core.store`), and load a candidate from there
         instead of building it again when the same graph of the same weights is tuned with
@@ -275,6 +298,7 @@ class Config:
     partition_min_params: int = attrs.field(default=1, validator=_non_negative_int)
     partition_min_time_share: float = attrs.field(default=0.0, validator=_fraction)
     profile_cap_s: float = attrs.field(default=300.0, validator=_positive_seconds)
+    spot_check_every: int | None = attrs.field(factory=_default_spot_check_every, validator=_optional_non_negative_int)
     store: bool = attrs.field(factory=_default_store, validator=_boolean)
     cache_max_mb: int = attrs.field(factory=_default_cache_max_mb, validator=_positive_int)
     store_max_mb: int | None = attrs.field(factory=_default_store_max_mb, validator=_optional_positive_int)

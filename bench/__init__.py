@@ -34,6 +34,7 @@ SUITES: dict[str, str] = {
     "wrap": "bench.wrap",
     "tuning_time": "bench.tuning_time",
     "accuracy": "bench.accuracy",
+    "cache_bound": "bench.cache_bound",
 }
 
 
