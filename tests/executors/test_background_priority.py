@@ -6,11 +6,12 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from aitune_core.executors.isolated.priority import step_aside, thread_limits
-from aitune_core.executors.isolated.subprocess_executor import SubprocessExecutor, _child_environment
+from aitune_core.executors.isolated.subprocess_executor import SubprocessExecutor, _child_environment, _Job
 
 CHILD = """
 import json, os, subprocess, sys, threading
@@ -56,3 +57,39 @@ def test_step_aside_says_what_it_applied_where_nothing_can_be_applied(monkeypatc
     monkeypatch.delattr(os, "sched_setscheduler", raising=False)
     monkeypatch.setattr(os, "nice", lambda increment: (_ for _ in ()).throw(OSError("not allowed")))
     assert step_aside() == "unchanged"
+
+
+# Reports its own scheduling policy (field 41 of /proc/PID/stat) once it is SCHED_IDLE (5), or after 5 s.
+POLICY_REPORTER = """#!/bin/sh
+for i in $(seq 100); do
+  policy=$(cut -d')' -f2 /proc/$$/stat | awk '{print $39}')
+  [ "$policy" = 5 ] && break
+  sleep 0.05
+done
+echo "$policy" > REPORT
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_step_aside_lowers_another_process():
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert step_aside(child.pid) == "SCHED_IDLE"
+        assert os.sched_getscheduler(child.pid) == os.SCHED_IDLE
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait()
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE") or not Path("/proc/self/stat").exists(), reason="Linux's /proc")
+def test_a_background_child_is_idle_from_its_start_not_from_its_own_call(tmp_path: Path):
+    # The interpreter started is a script that never calls step_aside: only the executor can lower it.
+    report = tmp_path / "policy"
+    python = tmp_path / "python"
+    python.write_text(POLICY_REPORTER.replace("REPORT", str(report)))
+    python.chmod(0o755)
+    (tmp_path / "graph").mkdir()
+    SubprocessExecutor(python=str(python), background=True, memory_limit_mb=None).run(_Job(tmp_path / "graph"), {})
+    assert report.read_text().strip() == str(os.SCHED_IDLE)

@@ -14,16 +14,23 @@ import contextlib
 import os
 
 
-def step_aside() -> str:
-    """Lower this process (and what it starts from now on) to background priority; says which was applied."""
+def step_aside(pid: int = 0) -> str:
+    """Lower process ``pid`` (0: this one) and what it starts from now on to background priority; says how.
+
+    The subprocess executor applies it to a child as soon as it is started, so that the
+    child's imports (torch: seconds of CPU) already run in the background, not only its build.
+    """
     if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
         try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
             return "SCHED_IDLE"
         except OSError:
             pass
     with contextlib.suppress(OSError, AttributeError):
-        os.nice(19 - os.nice(0))
+        if pid:
+            os.setpriority(os.PRIO_PROCESS, pid, 19)
+        else:
+            os.nice(19 - os.nice(0))
         return "nice 19"
     return "unchanged"
 

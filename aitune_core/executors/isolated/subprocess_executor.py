@@ -52,7 +52,7 @@ from aitune_core.executors.base import DEFAULT_TIMEOUT_S
 from aitune_core.executors.isolated import memory
 from aitune_core.executors.isolated.answer import Answer, looks_out_of_memory
 from aitune_core.executors.isolated.payload import GraphPayload
-from aitune_core.executors.isolated.priority import thread_limits
+from aitune_core.executors.isolated.priority import step_aside, thread_limits
 from aitune_core.executors.isolated.remote import RemoteExecutor
 from aitune_core.executors.isolated.worker import EXIT_OUT_OF_MEMORY
 
@@ -144,6 +144,8 @@ class SubprocessExecutor(RemoteExecutor):
                 env=_child_environment(self.threads),
                 start_new_session=True,  # its own process group: a kill reaches its compiler workers too
             )
+        if self.background:
+            step_aside(child.pid)  # at once, not when it gets to it: its imports would compete with serving
         with job.lock:
             job.children.add(child)
             if job.cancelled:
