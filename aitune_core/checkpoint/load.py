@@ -15,6 +15,7 @@ applied; a failure while applying puts the model back as it was (:mod:`.rollback
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -83,6 +84,8 @@ def load(
             shutil.rmtree(unpacked, ignore_errors=True)
         raise
     get_logger().info("checkpoint loaded", path=str(path), modules=[m.entry.name for m in plan.modules])
+    if unpacked is None:
+        _mark_used(root)
     for module in plan.modules:
         note = mismatch(module.entry.threads)
         if note is not None:
@@ -102,6 +105,18 @@ def _open(path: Path) -> Path:
             raise
         return folder
     raise CheckpointError(f"no checkpoint at {path}: it is neither a checkpoint folder nor an archive")
+
+
+def _mark_used(root: Path) -> None:
+    """A checkpoint folder in the cache (aitune-jit keeps its results there) was used now.
+
+    The cache's cap removes what was used longest ago first (:mod:`aitune_core.store.eviction`),
+    and for a checkpoint that is when its folder last changed.
+    """
+    folder = root.expanduser().absolute()
+    if folder.is_relative_to(config.cache_dir.expanduser().absolute()):
+        with contextlib.suppress(OSError):
+            os.utime(folder)
 
 
 def _private_folder(prefix: str) -> Path:

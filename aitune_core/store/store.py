@@ -192,9 +192,12 @@ class ArtifactStore:
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
         log.info("build stored", backend=record.description, entry=key[:16], mb=round(record.size / MIB, 2))
-        self.prune(log=log)
-        if self.cache_max_bytes is not None:
-            tidy(self.root.parent, self.cache_max_bytes, log)
+        try:
+            self.prune(log=log)
+            if self.cache_max_bytes is not None:
+                tidy(self.root.parent, self.cache_max_bytes, log)
+        except Exception as error:  # the entry is stored; the cache is tidied next time
+            log.warning("cache not tidied", folder=str(self.root.parent), reason=_reason(error, self.root.parent))
         return record
 
     # ------------------------------------------------------------------ keeping it small

@@ -189,6 +189,34 @@ def test_the_next_tune_removes_what_killed_runs_left_and_the_cli_shows_every_par
     assert build_folders(cache()) == [] and "0 entries" in capsys.readouterr().out
 
 
+def set_mtime(path: Path, when: float) -> None:
+    for item in [path, *path.rglob("*")]:
+        os.utime(item, (when, when))
+
+
+def test_eviction_goes_by_last_use_across_parts(plugin: Any, unique_name: Callable[[str], str]) -> None:
+    wrapped, report = tune(plugin, unique_name("saved"), wide_model(0))
+    for name in ("used", "unused"):  # checkpoints as aitune-jit keeps them, in the cache
+        ait.save(wrapped, cache() / "jit" / name)
+        set_mtime(cache() / "jit" / name, 1_000_000)
+    (entry,) = ArtifactStore.of_config().entries()
+    os.utime(entry.folder / "used", (2_000_000, 2_000_000))  # the store entry: used after both were written
+    export = cache() / "exports" / "somekey"
+    export.mkdir(parents=True)
+    (export / "model.onnx").write_bytes(b"\0" * 4096)
+    set_mtime(export, 1_500_000)
+    del wrapped, report
+    gc.collect()
+    loaded = ait.load(wide_model(0), cache() / "jit" / "used")  # loading a checkpoint uses it now
+    with capture() as events:
+        eviction.tidy(cache(), cap=0)
+    order = [event["what"] for event in events_named(events, "cache evicted")]
+    assert order == ["jit/unused", "exports/somekey", str(entry.folder.relative_to(cache())), "jit/used"]
+    assert [unit.part for unit in scan(cache()).units] == ["loaded"]  # the loaded model's folder: in use
+    x = torch.stack(samples())
+    torch.testing.assert_close(loaded(x), wide_model(0)(x), rtol=0, atol=0)  # it still serves
+
+
 def test_hard_links_are_counted_once(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     (root / "exports" / "key").mkdir(parents=True)
