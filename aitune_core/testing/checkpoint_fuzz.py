@@ -36,8 +36,8 @@ from aitune_core.checkpoint.signing import SIGNATURE_NAME
 from aitune_core.config import config
 from aitune_core.errors import CheckpointError
 from aitune_core.module.wrapper import Module
-from aitune_core.profiling.measurement import ProfileConfig
 from aitune_core.strategies.first_wins import FirstWinsStrategy
+from aitune_core.testing.timing import FAST_PROFILE
 from aitune_core.tuning import tune
 
 JsonPath = tuple[str | int, ...]
@@ -184,10 +184,6 @@ def assert_hostile_manifests_are_safe(
         gc.collect()
     canaries.assert_untouched()
     return report
-
-
-FAST_PROFILE = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.001, max_time_s=0.01, max_batch_search=False)
-"""Profiling that only has to finish: the fuzz needs a checkpoint, not a fair comparison."""
 
 
 @attrs.define

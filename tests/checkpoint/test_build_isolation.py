@@ -18,10 +18,9 @@ from aitune_core.backends.artifacts import seal_of
 from aitune_core.checkpoint.save import save
 from aitune_core.config import config
 from aitune_core.errors import CheckpointError
-from aitune_core.profiling import ProfileConfig
 from aitune_core.testing.fake_dists import write_fake_dist
+from aitune_core.testing.timing import FAST_PROFILE
 
-FAST = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.001, max_time_s=0.01, max_batch_search=False)
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
@@ -137,7 +136,7 @@ def _cache(tmp_path: Path) -> None:
 
 def _tuned(name: str) -> ait.Module:
     module = ait.Module(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).eval(), name)
-    strategy = ait.FirstWinsStrategy([WeightFileBackend()], profile=FAST).enable_performance_validation(False)
+    strategy = ait.FirstWinsStrategy([WeightFileBackend()], profile=FAST_PROFILE).enable_performance_validation(False)
     ait.tune(module, [torch.randn(8) for _ in range(4)], batch_sizes=[1, 2], strategy=strategy)
     return module
 

@@ -23,9 +23,8 @@ from aitune_core.checkpoint.manifest import MIGRATIONS
 from aitune_core.checkpoint.save import save
 from aitune_core.config import config
 from aitune_core.errors import CheckpointError
-from aitune_core.profiling import ProfileConfig
+from aitune_core.testing.timing import FAST_PROFILE
 
-FAST = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.001, max_time_s=0.01, max_batch_search=False)
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -54,7 +53,7 @@ def tune_eager(func, batch_sizes=(1, 2, 4)) -> None:  # type: ignore[no-untyped-
         func,
         [torch.randn(8) for _ in range(4)],
         batch_sizes=list(batch_sizes),
-        strategy=ait.FirstWinsStrategy([ait.TorchEagerBackend()], profile=FAST),
+        strategy=ait.FirstWinsStrategy([ait.TorchEagerBackend()], profile=FAST_PROFILE),
     )
 
 

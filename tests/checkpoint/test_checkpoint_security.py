@@ -24,12 +24,11 @@ from aitune_core.checkpoint.save import save
 from aitune_core.config import config
 from aitune_core.errors import CheckpointError
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module
-from aitune_core.profiling import ProfileConfig
 from aitune_core.testing.checkpoint_fuzz import Canaries, fuzz_manifest
 from aitune_core.testing.load_guard import assert_unchanged, fingerprint
+from aitune_core.testing.timing import FAST_PROFILE
 
 load_module = importlib.import_module("aitune_core.checkpoint.load")
-FAST = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.001, max_time_s=0.01, max_batch_search=False)
 KEY = "a signing key of more than sixteen bytes"
 
 
@@ -70,7 +69,7 @@ def checkpoint(tmp_path: Path, unique_name: Callable[[str], str]) -> tuple[Path,
         model,
         [torch.randn(8) for _ in range(4)],
         batch_sizes=[1, 2, 4],
-        strategy=ait.FirstWinsStrategy([ait.TorchEagerBackend()], profile=FAST),
+        strategy=ait.FirstWinsStrategy([ait.TorchEagerBackend()], profile=FAST_PROFILE),
     )
     path = save(model, tmp_path / "ckpt", sign_key=KEY)
     x = torch.randn(3, 8)

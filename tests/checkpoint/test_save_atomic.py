@@ -35,11 +35,10 @@ from aitune_core.checkpoint.load import load
 from aitune_core.checkpoint.save import save
 from aitune_core.config import config
 from aitune_core.log import capture
-from aitune_core.profiling import ProfileConfig
+from aitune_core.testing.timing import FAST_PROFILE
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-FAST = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.001, max_time_s=0.01, max_batch_search=False)
 MAX_KILL_POINTS = 400
 
 
@@ -59,7 +58,7 @@ def tuned(name: str, seed: int) -> ait.Module:
         module,
         [torch.randn(4) for _ in range(2)],
         batch_sizes=[1, 2],
-        strategy=ait.FirstWinsStrategy([ait.TorchEagerBackend()], profile=FAST),
+        strategy=ait.FirstWinsStrategy([ait.TorchEagerBackend()], profile=FAST_PROFILE),
     )
     return module
 

@@ -22,11 +22,10 @@ import aitune_core as ait
 from aitune_core.backends.base import Backend, BackendConfig, BuildContext
 from aitune_core.graphs.declared_graph import declared_graph
 from aitune_core.log import capture
-from aitune_core.profiling import ProfileConfig
 from aitune_core.testing.models import TinyEncoder, encoder_call
+from aitune_core.testing.timing import FAST_PROFILE
 from aitune_core.validation.points import validation_points
 
-FAST = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.001, max_time_s=0.01, max_batch_search=False)
 SEQ = ait.DynamicDim("seq", min=1, max=512, opt=128)
 
 
@@ -63,7 +62,7 @@ def recorded_lengths() -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
 def tune_encoder(name: str, dynamic_shapes: dict[Any, Any] | None) -> tuple[TinyEncoder, ait.Module]:
     model = TinyEncoder().eval()
     module = ait.Module(model, name, dynamic_shapes=dynamic_shapes)
-    strategy = ait.FirstWinsStrategy([CopyBackend()], profile=FAST)
+    strategy = ait.FirstWinsStrategy([CopyBackend()], profile=FAST_PROFILE)
     ait.tune(module, [kwargs for _, kwargs in recorded_lengths()], strategy=strategy)
     return model, module
 
@@ -120,7 +119,7 @@ def test_batch_dim_bounds_every_batch_axis(unique_name: Callable[[str], str]) ->
     model = TinyEncoder().eval()
     module = ait.Module(model, unique_name("enc"), dynamic_shapes={"input_ids": {0: ait.BatchDim(max=16)}})
     data = [encoder_call(batch, 16)[1] for batch in (2, 4)]
-    ait.tune(module, data, strategy=ait.FirstWinsStrategy([CopyBackend()], profile=FAST))
+    ait.tune(module, data, strategy=ait.FirstWinsStrategy([CopyBackend()], profile=FAST_PROFILE))
     (route,) = module.routes.values()
     assert route.graph.batch_range == (1, 16)
     ait.config.fallback = "raise"
@@ -192,7 +191,7 @@ def test_nested_paths_by_tuple_and_by_display_path(unique_name: Callable[[str], 
     for key in (("opts", "mask"), 'opts["mask"]'):
         module = ait.Module(Opts().eval(), unique_name("opts"), dynamic_shapes={"x": {1: SEQ}, key: {1: SEQ}})
         data = [(torch.randn(2, n, 4), {"mask": torch.ones(2, n)}) for n in (3, 5)]
-        ait.tune(module, data, strategy=ait.FirstWinsStrategy([CopyBackend()], profile=FAST))
+        ait.tune(module, data, strategy=ait.FirstWinsStrategy([CopyBackend()], profile=FAST_PROFILE))
         (route,) = module.routes.values()
         assert {(r.path, r.axis, r.follows) for r in route.graph.declared} == {
             ("x", 1, False),
@@ -221,7 +220,7 @@ def test_checkpoint_keeps_the_declaration(unique_name: Callable[[str], str], tmp
     model = TinyEncoder().eval()
     name = unique_name("enc")
     module = ait.Module(model, name, dynamic_shapes={"input_ids": {1: SEQ}})
-    strategy = ait.FirstWinsStrategy([ait.TorchEagerBackend()], profile=FAST)
+    strategy = ait.FirstWinsStrategy([ait.TorchEagerBackend()], profile=FAST_PROFILE)
     ait.tune(module, [kw for _, kw in recorded_lengths()], strategy=strategy)
     ait.save(module, tmp_path / "ckpt")
     manifest = json.loads((tmp_path / "ckpt" / "manifest.json").read_text())

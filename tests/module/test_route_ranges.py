@@ -17,9 +17,7 @@ from torch import nn
 import aitune_core as ait
 from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_core.module.router import RUN_EAGERLY, Route
-from aitune_core.profiling import ProfileConfig
-
-FAST = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.001, max_time_s=0.01, max_batch_search=False)
+from aitune_core.testing.timing import FAST_PROFILE
 
 
 class Fake:
@@ -40,7 +38,7 @@ class Fake:
 def tuned(unique_name: Callable[[str], str], batch_sizes: list[int] | None = (1, 16)) -> ait.Module:  # type: ignore[assignment]
     module = ait.Module(nn.Linear(8, 4).eval(), unique_name("linear"))
     data = [torch.randn(8) for _ in range(4)] if batch_sizes else [torch.randn(3, 8) for _ in range(4)]
-    strategy = ait.FirstWinsStrategy([ait.TorchEagerBackend()], profile=FAST)
+    strategy = ait.FirstWinsStrategy([ait.TorchEagerBackend()], profile=FAST_PROFILE)
     ait.tune(module, data, batch_sizes=list(batch_sizes) if batch_sizes else None, strategy=strategy)
     return module
 

@@ -16,9 +16,7 @@ import torch
 from partition_helpers import EngineFileBackend, NestedMaskedBlock, ThreeBlocks, TracedBackend
 
 import aitune_core as ait
-from aitune_core.profiling import ProfileConfig
-
-FAST = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.001, max_time_s=0.01, max_batch_search=False)
+from aitune_core.testing.timing import FAST_PROFILE
 
 
 @pytest.mark.skipif("FORMAT3_OUT" not in os.environ, reason="writes the stored format-3 fixture; see the docstring")
@@ -31,7 +29,7 @@ def test_write(folder: str, middle: type | None, backend: type, traced: Path) ->
     torch.manual_seed(7)
     model = (ThreeBlocks(middle) if middle is not None else ThreeBlocks()).eval()
     module = ait.Module(model, f"format3-{folder}")
-    strategy = ait.FirstWinsStrategy([backend()], profile=FAST)
+    strategy = ait.FirstWinsStrategy([backend()], profile=FAST_PROFILE)
     ait.tune(module, [torch.randn(8) for _ in range(4)], batch_sizes=[1, 2, 4], strategy=strategy, partition=True)
     x = torch.randn(3, 8)
     with torch.no_grad():

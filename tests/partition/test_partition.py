@@ -14,17 +14,16 @@ import aitune_core as ait
 from aitune_core.backends.eager import TorchEagerBackend
 from aitune_core.config import config
 from aitune_core.partition.backend import PartitionBackend
-from aitune_core.profiling import ProfileConfig
 from aitune_core.profiling.timer import EAGER, ScriptedTimer
 from aitune_core.reporting.summary import TuneReport
 from aitune_core.testing.load_guard import assert_unchanged, fingerprint
+from aitune_core.testing.timing import FAST_PROFILE
 
-FAST = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.001, max_time_s=0.01, max_batch_search=False)
 DECLINED = "eager (declined: data-dependent output shape: aten.nonzero)"
 
 
 def tune(module: ait.Module, **options: Any) -> TuneReport:
-    strategy = ait.FirstWinsStrategy([TracedBackend()], profile=FAST)
+    strategy = ait.FirstWinsStrategy([TracedBackend()], profile=FAST_PROFILE)
     data = [torch.randn(8) for _ in range(4)]
     return ait.tune(module, data, batch_sizes=[1, 2, 4], strategy=strategy, **options)
 
@@ -205,7 +204,7 @@ def test_a_partition_is_released_and_restored_with_its_module(unique_name: Calla
 def test_eager_winning_as_a_candidate_still_partitions(unique_name: Callable[[str], str]) -> None:
     """With eager itself among the candidates, the graph is served eagerly all the same: the partition is tried."""
     module = ait.Module(ThreeBlocks().eval(), unique_name("net"))
-    strategy = ait.FirstWinsStrategy([TracedBackend(), TorchEagerBackend()], profile=FAST)
+    strategy = ait.FirstWinsStrategy([TracedBackend(), TorchEagerBackend()], profile=FAST_PROFILE)
     ait.tune(module, [torch.randn(8) for _ in range(4)], batch_sizes=[1, 2, 4], strategy=strategy, partition=True)
     (route,) = module.routes.values()
     assert route.lower == ()

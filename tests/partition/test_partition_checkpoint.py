@@ -24,9 +24,8 @@ from aitune_core.checkpoint.inspect import describe_checkpoint
 from aitune_core.errors import CheckpointError
 from aitune_core.partition.backend import PartitionBackend
 from aitune_core.partition.state import MAX_DEPTH, check_depth
-from aitune_core.profiling import ProfileConfig
+from aitune_core.testing.timing import FAST_PROFILE
 
-FAST = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.001, max_time_s=0.01, max_batch_search=False)
 ROOT = Path(__file__).resolve().parents[2]
 TREE = [
     ("block1", "TracedBackend()"),
@@ -46,7 +45,7 @@ class Saved:
 def tuned(name: str, middle: Any = None) -> ait.Module:
     model = (ThreeBlocks(middle) if middle is not None else ThreeBlocks()).eval()
     module = ait.Module(model, name)
-    strategy = ait.FirstWinsStrategy([TracedBackend()], profile=FAST)
+    strategy = ait.FirstWinsStrategy([TracedBackend()], profile=FAST_PROFILE)
     ait.tune(module, [torch.randn(8) for _ in range(4)], batch_sizes=[1, 2, 4], strategy=strategy, partition=True)
     return module
 

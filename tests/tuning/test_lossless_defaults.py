@@ -16,17 +16,15 @@ import torch
 import aitune_core as ait
 from aitune_core.backends.tolerances import DEFAULT_TOLERANCES
 from aitune_core.demo.models import DemoMLP
-from aitune_core.profiling.measurement import ProfileConfig
+from aitune_core.testing.timing import SHORT_PROFILE
 
-QUICK = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.005, max_time_s=0.03, max_batch_search=False)
-"""Short timings, and no batch-size search, so the graphs keep the range [1, 2]."""
 
 
 def test_defaults_match_eager_on_fresh_inputs(unique_name: Callable[[str], str]) -> None:
     model = DemoMLP(width=16, hidden=32).eval()
     wrapped = ait.Module(model, unique_name("mlp"))
     dataset = [torch.randn(16) for _ in range(4)]
-    report = ait.tune(wrapped, dataset, batch_sizes=[1, 2], strategy=ait.MaxThroughputStrategy(profile=QUICK))
+    report = ait.tune(wrapped, dataset, batch_sizes=[1, 2], strategy=ait.MaxThroughputStrategy(profile=SHORT_PROFILE))
 
     for graph in report.graphs:
         for row in graph.candidates:

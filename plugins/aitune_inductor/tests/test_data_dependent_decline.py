@@ -8,10 +8,9 @@ import torch
 from torch import nn
 
 import aitune_core as ait
-from aitune_core import ProfileConfig
+from aitune_core.testing.timing import FAST_PROFILE
 from aitune_inductor import TorchInductorAotBackend
 
-FAST_PROFILE = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.001, max_time_s=0.01, max_batch_search=False)
 _names = itertools.count()
 
 

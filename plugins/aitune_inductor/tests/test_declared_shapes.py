@@ -13,14 +13,13 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core import ProfileConfig
 from aitune_core.testing.models import TinyEncoder, encoder_call
+from aitune_core.testing.timing import SHORT_PROFILE
 from aitune_inductor import TorchInductorJitBackend
 from aitune_inductor.compile_watch import CompileCounts
 
 pytestmark = pytest.mark.slow
 
-FAST_PROFILE = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.005, max_time_s=0.03, max_batch_search=False)
 _names = itertools.count()
 
 
@@ -28,7 +27,7 @@ def test_jit_serves_the_declared_range_without_compiling_again() -> None:
     model = TinyEncoder().eval()
     seq = ait.DynamicDim("seq", min=1, max=512, opt=128)
     wrapped = ait.Module(model, f"inductor-declared-{next(_names)}", dynamic_shapes={"input_ids": {1: seq}})
-    strategy = ait.OneBackendStrategy(TorchInductorJitBackend(), profile=FAST_PROFILE)
+    strategy = ait.OneBackendStrategy(TorchInductorJitBackend(), profile=SHORT_PROFILE)
     strategy.enable_performance_validation(False)
     ait.tune(wrapped, [encoder_call(2, length)[1] for length in (16, 32, 64)], strategy=strategy)
     assert isinstance(wrapped.backends["0"], TorchInductorJitBackend)

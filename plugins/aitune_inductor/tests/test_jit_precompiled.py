@@ -38,7 +38,7 @@ _TUNE = f"""
 import json, sys, torch
 from pathlib import Path
 import aitune_core as ait
-from aitune_core.testing.checkpoint_fuzz import FAST_PROFILE
+from aitune_core.testing.timing import FAST_PROFILE
 from aitune_inductor import TorchInductorJitBackend
 
 torch.manual_seed(0)

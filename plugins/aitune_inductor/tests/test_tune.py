@@ -9,13 +9,12 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core import ProfileConfig
 from aitune_core.testing.models import TinyMLP
+from aitune_core.testing.timing import SHORT_PROFILE
 from aitune_inductor import TorchInductorAotBackend
 
 pytestmark = pytest.mark.slow
 
-FAST_PROFILE = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.005, max_time_s=0.03, max_batch_search=False)
 _names = itertools.count()
 ENTRY_POINT = "aitune_inductor.plugin"
 
@@ -31,7 +30,7 @@ def _tuned(strategy: ait.TuneStrategy) -> tuple[torch.nn.Module, ait.Module, Any
 def test_default_candidates_are_tuned_and_routed(aitune_fake_dist: Any, aitune_isolated_plugins: Any) -> None:
     """No backends named: the strategy takes the plugin's candidates (JIT, AOT) and eager."""
     aitune_isolated_plugins.load(aitune_fake_dist("aitune-inductor", entry_points={"inductor": ENTRY_POINT}))
-    strategy = ait.MaxThroughputStrategy(profile=FAST_PROFILE)
+    strategy = ait.MaxThroughputStrategy(profile=SHORT_PROFILE)
     strategy.enable_performance_validation(False)  # this checks build, validate and route, not speed
     model, wrapped, report = _tuned(strategy)
     (graph,) = report.graphs
@@ -47,7 +46,7 @@ def test_default_candidates_are_tuned_and_routed(aitune_fake_dist: Any, aitune_i
 
 def test_batch_above_the_tuned_max_falls_back_to_eager(monkeypatch: pytest.MonkeyPatch) -> None:
     """An AOT package built for batch <= 8 would run batch 2000; routing keeps it out."""
-    strategy = ait.OneBackendStrategy(TorchInductorAotBackend(), profile=FAST_PROFILE)
+    strategy = ait.OneBackendStrategy(TorchInductorAotBackend(), profile=SHORT_PROFILE)
     strategy.enable_performance_validation(False)
     model, wrapped, report = _tuned(strategy)
     assert report.graphs[0].selected.backend == "TorchInductorAotBackend()"

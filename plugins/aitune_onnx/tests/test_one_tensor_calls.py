@@ -16,17 +16,15 @@ import torch
 
 import aitune_core as ait
 from aitune_core.testing.models import Positive, TinyMLP
+from aitune_core.testing.timing import SHORT_PROFILE
 from aitune_onnx import ONNXRuntimeBackend
 
-FAST_PROFILE = ait.ProfileConfig(
-    warmup_iterations=1, window=4, min_time_s=0.005, max_time_s=0.03, max_batch_search=False
-)
 _names = itertools.count()
 
 
 def tuned(model: torch.nn.Module, features: int) -> tuple[ait.Module, ONNXRuntimeBackend]:
     wrapped = ait.Module(model, f"onnx-one-tensor-{next(_names)}")
-    strategy = ait.OneBackendStrategy(ONNXRuntimeBackend(), profile=FAST_PROFILE)
+    strategy = ait.OneBackendStrategy(ONNXRuntimeBackend(), profile=SHORT_PROFILE)
     strategy.enable_performance_validation(False)
     ait.tune(wrapped, [torch.randn(features) for _ in range(4)], batch_sizes=[1, 4], strategy=strategy)
     (route,) = wrapped.routes.values()

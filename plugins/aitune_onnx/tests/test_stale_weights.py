@@ -11,13 +11,12 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core import ProfileConfig
 from aitune_core.testing.engine import Route, capture
+from aitune_core.testing.timing import SHORT_PROFILE
 from aitune_onnx import ONNXRuntimeBackend
 
 pytestmark = pytest.mark.slow
 
-FAST_PROFILE = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.005, max_time_s=0.03, max_batch_search=False)
 BYPASSED = "tuned backends bypassed, running the original module"
 _names = itertools.count()
 
@@ -40,7 +39,7 @@ def tuned() -> Iterator[tuple[torch.nn.Module, ait.Module, Counted]]:
         torch.nn.Linear(8, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(), torch.nn.Dropout(0.5), torch.nn.Linear(32, 4)
     ).eval()
     wrapped = ait.Module(model, f"onnx-stale-{next(_names)}")
-    strategy = ait.OneBackendStrategy(ONNXRuntimeBackend(), profile=FAST_PROFILE)
+    strategy = ait.OneBackendStrategy(ONNXRuntimeBackend(), profile=SHORT_PROFILE)
     strategy.enable_performance_validation(False)
     ait.tune(wrapped, [torch.randn(8) for _ in range(8)], batch_sizes=[2, 4], strategy=strategy)
     (route,) = wrapped.routes.values()
@@ -86,7 +85,7 @@ def test_a_training_mode_call_moves_batch_norm_so_eager_keeps_answering(
 def test_dropout_only_model_routes_again_after_eval() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Dropout(0.5), torch.nn.Linear(32, 4)).eval()
     wrapped = ait.Module(model, f"onnx-stale-{next(_names)}")
-    strategy = ait.OneBackendStrategy(ONNXRuntimeBackend(), profile=FAST_PROFILE)
+    strategy = ait.OneBackendStrategy(ONNXRuntimeBackend(), profile=SHORT_PROFILE)
     strategy.enable_performance_validation(False)
     ait.tune(wrapped, [torch.randn(8) for _ in range(8)], batch_sizes=[2, 4], strategy=strategy)
     (route,) = wrapped.routes.values()

@@ -13,14 +13,13 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core import ProfileConfig
 from aitune_core.testing.models import TinyMLP, mlp_call
 from aitune_core.testing.recording import record
+from aitune_core.testing.timing import SHORT_PROFILE
 from aitune_onnx import ExportConfig, ONNXRuntimeBackend, export_graph
 
 pytestmark = pytest.mark.slow
 
-FAST_PROFILE = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.005, max_time_s=0.03, max_batch_search=False)
 _names = itertools.count()
 
 
@@ -32,7 +31,7 @@ def test_the_torchscript_exporter_leaves_the_model_in_eval_mode() -> None:
     model = dropout_model()
     wrapped = ait.Module(model, f"onnx-modes-{next(_names)}")
     strategy = ait.MaxThroughputStrategy(
-        [ONNXRuntimeBackend(exporter="torchscript"), ait.TorchEagerBackend()], profile=FAST_PROFILE
+        [ONNXRuntimeBackend(exporter="torchscript"), ait.TorchEagerBackend()], profile=SHORT_PROFILE
     )
     report = ait.tune(wrapped, [torch.randn(16) for _ in range(8)], batch_sizes=[2, 4], strategy=strategy)
 

@@ -1,4 +1,4 @@
-"""What the plugin's tests share: a short profile, and tuning one model with one backend."""
+"""What the plugin's tests share: tuning one model with one backend, profiled briefly (the kit's SHORT_PROFILE)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ from typing import Any
 import torch
 
 import aitune_core as ait
+from aitune_core.testing.timing import SHORT_PROFILE
 from aitune_openvino import OpenVINOBackend
 
-FAST_PROFILE = ait.ProfileConfig(
-    warmup_iterations=1, window=4, min_time_s=0.005, max_time_s=0.03, max_batch_search=False
-)
 _names = itertools.count()
 
 
@@ -26,7 +24,7 @@ def tune_alone(
 ) -> tuple[ait.Module, Any]:
     """``model`` wrapped and tuned with ``backend`` (the default config) alone, selected whatever the timings."""
     wrapped = ait.Module(model, f"openvino-{next(_names)}", **module_options)
-    strategy = ait.OneBackendStrategy(backend or OpenVINOBackend(), profile=FAST_PROFILE)
+    strategy = ait.OneBackendStrategy(backend or OpenVINOBackend(), profile=SHORT_PROFILE)
     strategy.enable_performance_validation(False)
     report = ait.tune(wrapped, dataset, batch_sizes=batch_sizes, strategy=strategy)
     return wrapped, report

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from openvino_helpers import FAST_PROFILE, served_by, tune_alone
+from openvino_helpers import served_by, tune_alone
 
 import aitune_core as ait
+from aitune_core.testing.timing import SHORT_PROFILE
 from aitune_openvino import OpenVINOBackend
 
 pytestmark = pytest.mark.slow
@@ -47,7 +48,7 @@ def test_an_export_failure_falls_back_to_tracing_and_the_row_names_it() -> None:
 def test_without_the_fallback_the_candidate_fails_with_the_exports_reason() -> None:
     wrapped = ait.Module(ScalesWithNumpy().eval(), "openvino-no-fallback")
     backends = [OpenVINOBackend(trace_fallback=False), ait.TorchEagerBackend()]
-    strategy = ait.FirstWinsStrategy(backends, profile=FAST_PROFILE).enable_performance_validation(False)
+    strategy = ait.FirstWinsStrategy(backends, profile=SHORT_PROFILE).enable_performance_validation(False)
     report = ait.tune(wrapped, dataset(), batch_sizes=[1, 4], strategy=strategy)
     (row,) = [c for c in report.graphs[0].candidates if c.backend.startswith("OpenVINOBackend(")]
     assert row.status == "failed" and row.stage == "build"

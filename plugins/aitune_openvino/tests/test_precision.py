@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 import torch
-from openvino_helpers import FAST_PROFILE, served_by, tune_alone
+from openvino_helpers import served_by, tune_alone
 
 import aitune_core as ait
 from aitune_core.testing.models import SmallMLP
+from aitune_core.testing.timing import SHORT_PROFILE
 from aitune_openvino import OpenVINOBackend
 from aitune_openvino import runtime as runtime_module
 from aitune_openvino.availability import precision_availability
@@ -69,14 +70,14 @@ def test_a_compile_that_lost_float32_is_refused(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(runtime_module, "compile_properties", forgetful)
     wrapped = ait.Module(model(), "openvino-forgetful")
-    strategy = ait.MaxThroughputStrategy([OpenVINOBackend()], profile=FAST_PROFILE)  # a failed row, not a raise
+    strategy = ait.MaxThroughputStrategy([OpenVINOBackend()], profile=SHORT_PROFILE)  # a failed row, not a raise
     report = ait.tune(wrapped, dataset(), batch_sizes=[1, 4], strategy=strategy)
     row = rows(report)[EXACT]
     assert row.status == "failed" and "inference precision bf16 although f32 was asked for" in row.reason
 
 
 def test_bf16_is_skipped_without_allow_lossy(openvino_only: None) -> None:
-    strategy = ait.MaxThroughputStrategy(profile=FAST_PROFILE).enable_performance_validation(False)
+    strategy = ait.MaxThroughputStrategy(profile=SHORT_PROFILE).enable_performance_validation(False)
     report = ait.tune(ait.Module(model(), "openvino-lossy-off"), dataset(), batch_sizes=[1, 4], strategy=strategy)
     reduced = rows(report)[REDUCED]
     assert reduced.status == "skipped" and "lossy" in reduced.reason
@@ -86,7 +87,7 @@ def test_bf16_is_skipped_without_allow_lossy(openvino_only: None) -> None:
 @needs_bf16
 def test_allow_lossy_tries_bf16_and_the_summary_shows_its_error(openvino_only: None) -> None:
     ait.config.allow_lossy = True
-    strategy = ait.MaxThroughputStrategy(profile=FAST_PROFILE).enable_performance_validation(False)
+    strategy = ait.MaxThroughputStrategy(profile=SHORT_PROFILE).enable_performance_validation(False)
     report = ait.tune(ait.Module(model(), "openvino-lossy-on"), dataset(), batch_sizes=[1, 4], strategy=strategy)
     reduced = rows(report)[REDUCED]
     assert reduced.status in ("selected", "passed"), reduced.reason

@@ -16,12 +16,10 @@ import torch
 import aitune_core as ait
 from aitune_core.testing.engine import LOSSY_REASON
 from aitune_core.testing.models import SmallMLP
+from aitune_core.testing.timing import SHORT_PROFILE
 from aitune_torchao import PRESETS, TorchAOBackend
 from aitune_torchao.backend import torchao_availability
 
-FAST_PROFILE = ait.ProfileConfig(
-    warmup_iterations=1, window=4, min_time_s=0.005, max_time_s=0.03, max_batch_search=False
-)
 _names = itertools.count()
 
 needs_torchao = pytest.mark.skipif(
@@ -47,7 +45,7 @@ def rows(report: Any) -> dict[str, Any]:
 
 
 def first_wins(*backends: Any) -> ait.TuneStrategy:
-    strategy = ait.FirstWinsStrategy(list(backends) if backends else None, profile=FAST_PROFILE)
+    strategy = ait.FirstWinsStrategy(list(backends) if backends else None, profile=SHORT_PROFILE)
     return strategy.enable_performance_validation(False)
 
 
@@ -70,7 +68,7 @@ def test_the_plan_of_the_default_strategy_skips_every_preset() -> None:
 
 @needs_torchao
 def test_the_default_strategy_never_tries_a_preset(torchao_only: None) -> None:
-    report = tune(ait.MaxThroughputStrategy(profile=FAST_PROFILE))
+    report = tune(ait.MaxThroughputStrategy(profile=SHORT_PROFILE))
     by_name = rows(report)
     presets = {name: row for name, row in by_name.items() if name.startswith("TorchAOBackend(")}
     assert len(presets) == len(PRESETS)
@@ -94,7 +92,7 @@ def test_allow_lossy_tries_the_presets_and_the_summary_shows_the_error(torchao_o
 @needs_torchao
 def test_allow_lossy_lets_max_throughput_try_them(torchao_only: None) -> None:
     ait.config.allow_lossy = True
-    report = tune(ait.MaxThroughputStrategy(profile=FAST_PROFILE).enable_performance_validation(False))
+    report = tune(ait.MaxThroughputStrategy(profile=SHORT_PROFILE).enable_performance_validation(False))
     for name in ("TorchAOBackend(preset='int8wo')", "TorchAOBackend(preset='int8dq')"):
         assert rows(report)[name].status in ("selected", "passed"), rows(report)[name].reason
 

@@ -27,14 +27,11 @@ from aitune_inductor import TorchInductorJitBackend
 
 import aitune_core as ait
 from aitune_core.plugin_api import config
-from aitune_core.testing.timing import steady_timer
+from aitune_core.testing.timing import SHORT_PROFILE, steady_timer
 
 NEW_TOKENS = 8
 PROMPT_LENGTH = 6
 GPT2 = {"n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 100, "n_positions": 64}
-FAST_PROFILE = ait.ProfileConfig(
-    warmup_iterations=1, window=4, min_time_s=0.005, max_time_s=0.03, max_batch_search=False
-)
 
 # What a deploying process runs: the model from its config and weights, the checkpoint, generation.
 CHILD = textwrap.dedent(
@@ -135,7 +132,7 @@ def test_greedy_decoding_tunes_and_loads_in_a_fresh_process(tmp_path: Path, prec
 
     wrapped = ait.Module(model, "gpt2-greedy-test")
     jit = TorchInductorJitBackend(precompile=precompile)
-    strategy = ait.MaxThroughputStrategy(backends=[jit], profile=FAST_PROFILE)
+    strategy = ait.MaxThroughputStrategy(backends=[jit], profile=SHORT_PROFILE)
     strategy.enable_performance_validation(False)  # this checks build, validation, routing and loading, not speed
     report = ait.tune(
         lambda batch: generate(wrapped, batch, NEW_TOKENS), dataset, batch_sizes=[1, 2], strategy=strategy

@@ -8,11 +8,9 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core import ProfileConfig
 from aitune_core.testing.models import TinyMLP
+from aitune_core.testing.timing import SHORT_PROFILE
 from aitune_trt import TensorRTBackend
-
-FAST_PROFILE = ProfileConfig(warmup_iterations=1, window=4, min_time_s=0.005, max_time_s=0.03, max_batch_search=False)
 
 
 @pytest.mark.skipif(
@@ -26,7 +24,7 @@ def test_default_candidates_skip_tensorrt_with_the_reason(aitune_fake_dist: Any,
         wrapped,
         [torch.randn(8) for _ in range(8)],
         batch_sizes=[2, 4],
-        strategy=ait.MaxThroughputStrategy(profile=FAST_PROFILE),
+        strategy=ait.MaxThroughputStrategy(profile=SHORT_PROFILE),
     )
     (graph,) = report.graphs
     skipped, *others = graph.candidates
