@@ -112,15 +112,27 @@ def install(session: nox.Session, *targets: str, default: Path = ROOT / "constra
             session.warn(f"pip install failed (try {attempt} of {INSTALL_TRIES}); trying again")
 
 
-def pytest(session: nox.Session, *paths: str, env: dict[str, str] | None = None) -> None:
-    # One Inductor cache per session: compiles done by one test are reused by the next.
-    cache = Path(session.create_tmp()) / "inductor-cache"
+INDUCTOR_CACHE = ROOT / ".nox" / "inductor-cache"
+"""One Inductor cache for every session, and for the next run: what one session compiled, the
+next reuses. Sharing it between virtualenvs is safe: Inductor keys a compiled graph on torch's
+version and the hash of its source files, and a C++ kernel on its source and full compiler
+command (which names the virtualenv's torch headers), so another torch, or another venv's
+headers, only misses. Tests that need a cold cache make their own."""
+
+
+NO_TESTS_COLLECTED = 5
+"""pytest's exit status when its marks select no test."""
+
+
+def pytest(session: nox.Session, *paths: str, env: dict[str, str] | None = None, allow_none: bool = False) -> None:
+    """pytest with the run-wide Inductor cache; ``allow_none``: a run whose marks select no test passes."""
     env = {
-        "TORCHINDUCTOR_CACHE_DIR": str(cache),
+        "TORCHINDUCTOR_CACHE_DIR": str(INDUCTOR_CACHE),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
         **(env or {}),
     }
-    session.run("pytest", "-q", "-p", "no:cacheprovider", *paths, *session.posargs, env=env)
+    codes = [0, NO_TESTS_COLLECTED] if allow_none else [0]
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *paths, *session.posargs, env=env, success_codes=codes)
 
 
 def with_needs(names: list[str]) -> list[str]:
@@ -189,22 +201,32 @@ def tests_plugin(session: nox.Session, name: str) -> None:
     pytest(session, "--import-mode=importlib", PLUGINS[name].path)
 
 
-TOGETHER_MARKS = ["-m", "not slow"]
-"""What the all-together session leaves to the others: a ``slow`` test compiles, exports or
-starts processes for one backend, and its verdict does not depend on which other plugins
-are installed, so it runs once, in ``tests_core`` or in its plugin's ``tests_plugin``."""
+TOGETHER_MARKS = ["-m", "together"]
+"""What the all-together session runs again: the tests marked ``together``, whose verdict
+depends on what is installed beside the code they test. They list, load or check the
+installed plugins (``aitune plugins``, ``aitune plugins check``), take every plugin's
+default candidates, start an interpreter whose imports or log other distributions change,
+or need another plugin beside their own (aitune-jit's demo and aitune-transformers'
+generation tests compile with aitune-inductor, so this is the one session where they run).
+Every other test checks the core, or one plugin with the plugins it needs, whatever else
+is installed, and runs once: in ``tests_core`` or in its plugin's ``tests_plugin``. Where
+a code path depends on a plugin's hook (a graph-key part, say), the core's tests give it
+one of their own (a fake plugin, or the function itself), so they need no plugin installed.
+A new test that reaches the installed set gets ``@pytest.mark.together``; a plugin whose
+tests use the mark declares it in its ``[tool.pytest.ini_options] markers``."""
 
 
 @nox.session
 def tests_all(session: nox.Session) -> None:
-    """Everything installed together: the core tests, then every plugin's tests (``slow`` ones run alone)."""
+    """Everything installed together: the ``together`` tests of the core, then of every plugin (one run each)."""
     names = with_needs(TOGETHER)
     install(session, ".[test]", *(PLUGINS[n].target for n in names))
     check_listing(session, names)
     pytest(session, "tests", *TOGETHER_MARKS)
     for name in names:
-        # One run per plugin: each plugin's conftest is the top-level conftest of its run.
-        pytest(session, "--import-mode=importlib", PLUGINS[name].path, *TOGETHER_MARKS)
+        # One run per plugin: each plugin's conftest is the top-level conftest of its run. A plugin
+        # with no together test still has its tests imported beside every other plugin.
+        pytest(session, "--import-mode=importlib", PLUGINS[name].path, *TOGETHER_MARKS, allow_none=True)
 
 
 MODELS_PLUGINS = ["transformers", "inductor", "onnx", "openvino"]

@@ -12,6 +12,8 @@ import pytest
 import aitune_core as ait
 from aitune_core.testing.child_process import env_with_sources
 
+pytestmark = pytest.mark.together  # what importing the core does where aitune-jit is installed
+
 
 def test_ait_jit_names_the_distribution_to_install_when_it_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "aitune_jit", None)  # what an environment without aitune-jit sees

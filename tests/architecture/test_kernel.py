@@ -16,6 +16,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import aitune_core
 import aitune_core.plugin_api
 
@@ -94,6 +96,7 @@ def test_the_measure_sees_what_an_executor_name_pulls_in() -> None:
     assert sum(with_executors.values()) > sum(backend_only.values()) + 1_000
 
 
+@pytest.mark.together  # an interpreter that sees every installed distribution
 def test_import_aitune_core_loads_neither_torch_nor_pytest_nor_plugins() -> None:
     code = "import sys, aitune_core; print(sorted(m for m in ('torch', 'pytest', 'pluggy') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)

@@ -11,6 +11,8 @@ import pytest
 from aitune_core.authoring.plugin_check import BackendResult, check, report
 from aitune_core.cli import main
 
+pytestmark = pytest.mark.together  # the command loads and checks the installed plugins
+
 BACKEND_SOURCE = """
 from typing import Any
 

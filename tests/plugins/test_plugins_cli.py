@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import aitune_core
+
+pytestmark = pytest.mark.together  # the listing holds the installed plugins beside the fake ones
 
 FAKE_DISTS = Path(__file__).parent / "fake_dists"
 ROOT = Path(aitune_core.__file__).resolve().parents[1]

@@ -128,6 +128,7 @@ print(json.dumps(keys))
 """
 
 
+@pytest.mark.together  # every installed backend
 def test_every_installed_backend_has_the_same_default_key_in_two_fresh_processes() -> None:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("AITUNE_")}
     environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), environ.get("PYTHONPATH", "")])

@@ -186,6 +186,7 @@ def test_keyboard_interrupt_at_import_propagates(aitune_fake_dist: Any, aitune_i
         aitune_isolated_plugins.load(dist)
 
 
+@pytest.mark.together  # the listing goes on past it to the installed plugins
 def test_cli_lists_a_plugin_that_exits_at_import(tmp_path: Path) -> None:
     dist = write_fake_dist(tmp_path, "aitune-fake-exits", "import sys\n\nsys.exit(3)\n")
     environ = {k: v for k, v in os.environ.items() if not k.startswith("AITUNE_")}

@@ -9,7 +9,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import aitune_core
+
+pytestmark = pytest.mark.together  # interpreters that see every installed distribution
 
 FAKE_DISTS = Path(__file__).parent / "fake_dists"
 ROOT = Path(aitune_core.__file__).resolve().parents[1]

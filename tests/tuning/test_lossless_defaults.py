@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 import torch
 
 import aitune_core as ait
 from aitune_core.backends.tolerances import DEFAULT_TOLERANCES
 from aitune_core.demo.models import DemoMLP
 from aitune_core.testing.timing import SHORT_PROFILE
+
+pytestmark = pytest.mark.together  # every installed plugin's default candidates
 
 
 

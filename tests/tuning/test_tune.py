@@ -381,6 +381,7 @@ def test_tuning_runs_without_gradients(unique_name):
     assert seen and not any(seen)
 
 
+@pytest.mark.together  # what every installed plugin logs as it loads
 def test_json_log_format_prints_one_object_per_line(tmp_path: Path):
     script = (
         "import torch, aitune_core as ait\n"

@@ -28,6 +28,8 @@ from jit_helpers import installed_startup_hook
 
 from aitune_core.testing.child_process import env_with_sources
 
+pytestmark = pytest.mark.together  # it needs aitune-inductor beside aitune-jit: tests_all is where it runs
+
 SCRIPT = """
 import copy, sys
 import torch
@@ -69,7 +71,6 @@ def _final(events: list[dict[str, Any]]) -> str:
     return str(final)
 
 
-# Not marked slow: it needs aitune-inductor beside aitune-jit, so the all-together session is where it runs.
 def test_the_demo_cnn_is_tuned_without_a_code_change_and_loaded_next_run(tmp_path: Path) -> None:
     out, events = _run(tmp_path)
     assert float(out.split("worst error")[1]) < 1e-4  # every call matched eager

@@ -54,6 +54,7 @@ def test_every_preset_and_config_is_lossy() -> None:
     assert TorchAOBackend(preset="int8wo", compile=True).lossy
 
 
+@pytest.mark.together  # the plan holds every installed plugin's candidates
 def test_the_plan_of_the_default_strategy_skips_every_preset() -> None:
     """With every installed plugin and no strategy: nothing is built, and no preset is planned."""
     from aitune_core.testing.engine import DemoMLP

@@ -118,7 +118,7 @@ def _settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
         config.reset()
 
 
-# Not marked slow: it needs aitune-inductor beside this plugin, which only tests_all installs.
+@pytest.mark.together  # it needs aitune-inductor beside this plugin, which only tests_all installs
 @pytest.mark.parametrize("precompile", [False, True], ids=["jit", "precompiled"])
 def test_greedy_decoding_tunes_and_loads_in_a_fresh_process(tmp_path: Path, precompile: bool) -> None:
     from transformers import GPT2Config, GPT2LMHeadModel

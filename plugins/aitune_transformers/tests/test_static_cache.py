@@ -10,6 +10,8 @@ import torch
 import aitune_core as ait
 from aitune_core import MaxThroughputStrategy, ProfileConfig
 
+pytestmark = pytest.mark.together  # it compiles with aitune-inductor
+
 transformers = pytest.importorskip("transformers")
 aitune_inductor = pytest.importorskip("aitune_inductor", reason="the recipe compiles with aitune-inductor")
 
