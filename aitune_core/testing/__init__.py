@@ -6,7 +6,8 @@ Enable it in a test module or the root ``conftest.py``::
 
 Fixtures: ``aitune_fake_dist`` writes a fake installed distribution and puts it on
 ``sys.path``; ``aitune_isolated_plugins`` loads a plugin registry that sees only the
-distributions you give it. :class:`BackendConformance` is the suite every backend
+distributions you give it; ``aitune_clean_plugin_env`` unsets the environment variables
+that choose plugins (``AITUNE_PLUGINS`` and its siblings). :class:`BackendConformance` is the suite every backend
 passes: subclass it and provide ``make_backend()``.
 
 What the shipped plugins' tests share, importable on its own:
@@ -34,13 +35,19 @@ pytest.register_assert_rewrite(
 
 from aitune_core.testing.conformance import BackendConformance, ConformanceRun  # noqa: E402
 from aitune_core.testing.fake_dists import FakeDist, write_fake_dist  # noqa: E402
-from aitune_core.testing.fixtures import IsolatedPlugins, aitune_fake_dist, aitune_isolated_plugins  # noqa: E402
+from aitune_core.testing.fixtures import (  # noqa: E402
+    IsolatedPlugins,
+    aitune_clean_plugin_env,
+    aitune_fake_dist,
+    aitune_isolated_plugins,
+)
 
 __all__ = [
     "BackendConformance",
     "ConformanceRun",
     "FakeDist",
     "IsolatedPlugins",
+    "aitune_clean_plugin_env",
     "aitune_fake_dist",
     "aitune_isolated_plugins",
     "write_fake_dist",

@@ -1,7 +1,7 @@
-"""pytest fixtures for plugin authors: fake installed distributions and an isolated registry.
+"""pytest fixtures for plugin authors: fake installed distributions, an isolated registry, a clean environment.
 
-Both undo everything when the test ends: ``sys.path`` entries, the modules imported
-from the fake distributions, and the process-wide plugin registry.
+Each undoes everything when the test ends: ``sys.path`` entries, the modules imported
+from the fake distributions, the process-wide plugin registry, the environment.
 """
 
 from __future__ import annotations
@@ -97,3 +97,14 @@ def aitune_fake_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
 
     yield write
     forget_modules([dist.path for dist in written])
+
+
+PLUGIN_ENV = ("AITUNE_PLUGINS", "AITUNE_DISABLED_PLUGINS", "AITUNE_STRICT_PLUGINS")
+"""The environment variables that choose which plugins load, and whether their faults raise."""
+
+
+@pytest.fixture
+def aitune_clean_plugin_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test runs without the :data:`PLUGIN_ENV` variables, whatever the shell that started pytest set."""
+    for name in PLUGIN_ENV:
+        monkeypatch.delenv(name, raising=False)

@@ -11,14 +11,12 @@ from aitune_core.testing import fixtures
 
 aitune_fake_dist = fixtures.aitune_fake_dist
 aitune_isolated_plugins = fixtures.aitune_isolated_plugins
-
-PLUGIN_ENV = ("AITUNE_PLUGINS", "AITUNE_DISABLED_PLUGINS", "AITUNE_STRICT_PLUGINS")
+aitune_clean_plugin_env = fixtures.aitune_clean_plugin_env
 
 
 @pytest.fixture(autouse=True)
-def clean_plugin_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in PLUGIN_ENV:
-        monkeypatch.delenv(name, raising=False)
+def clean_plugin_env(aitune_clean_plugin_env: None) -> None:
+    """Every test here runs without the variables that choose plugins, whatever the shell set."""
 
 
 @pytest.fixture(autouse=True)
