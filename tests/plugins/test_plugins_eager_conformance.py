@@ -6,6 +6,7 @@ import torch
 
 from aitune_core.backends.eager import TorchEagerBackend
 from aitune_core.testing import BackendConformance
+from aitune_core.testing.models import KeywordsAndDynamicAxisCalls
 
 
 class TestEagerConformance(BackendConformance):
@@ -16,25 +17,8 @@ class TestEagerConformance(BackendConformance):
         return TorchEagerBackend(autocast_enabled=True, autocast_dtype=torch.bfloat16)
 
 
-class TestEagerConformanceWithKeywordsAndDynamicAxis(BackendConformance):
+class TestEagerConformanceWithKeywordsAndDynamicAxis(KeywordsAndDynamicAxisCalls, BackendConformance):
     """A model called with keywords, whose inputs also have a dynamic (non-batch) axis."""
-
-    batch_sizes = (2, 3)
-
-    class Model(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.proj = torch.nn.Linear(6, 6)
-
-        def forward(self, tokens: torch.Tensor, scale: torch.Tensor) -> dict[str, torch.Tensor]:
-            hidden = self.proj(tokens) * scale
-            return {"hidden": hidden, "pooled": hidden.mean(dim=1)}
-
-    def make_model(self) -> torch.nn.Module:
-        return self.Model()
-
-    def make_inputs(self, batch_size: int) -> dict[str, torch.Tensor]:
-        return {"tokens": torch.randn(batch_size, 3 + batch_size, 6), "scale": torch.rand(batch_size, 1, 1)}
 
     def make_backend(self) -> TorchEagerBackend:
         return TorchEagerBackend()
