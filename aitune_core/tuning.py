@@ -446,7 +446,7 @@ def _tune_graphs(
                 f"module `{module.name}`, graph {graph.name}: no candidate qualified ({selected.reason}); "
                 "set aitune_core.config.on_all_candidates_failed = 'eager' to keep such graphs eager"
             )
-        routes[graph.key] = Route(graph, backend, lower)
+        routes[graph.key] = Route(graph, backend, lower, strategy.tolerances)  # what spot checks compare with
     return routes
 
 

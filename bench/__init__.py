@@ -35,6 +35,7 @@ SUITES: dict[str, str] = {
     "tuning_time": "bench.tuning_time",
     "accuracy": "bench.accuracy",
     "cache_bound": "bench.cache_bound",
+    "spot_check": "bench.spot_check",
 }
 
 

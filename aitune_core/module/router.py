@@ -24,6 +24,7 @@ from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aitune_core.backends.eager import TorchEagerBackend
+from aitune_core.backends.tolerances import Tolerances
 from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_core.metadata.locator import Locator, get_many
 
@@ -94,6 +95,8 @@ class Route:
     backend: serves every batch above the ``lower`` ranges (all of them without any).
     lower: ``(up_to, backend)`` pairs, ascending: batches up to ``up_to`` (and above
         the previous pair's) go to ``backend``, or to the original module where it is None.
+    tolerances: what the strategy added to each backend's own tolerances when it validated
+        them (:mod:`aitune_core.module.spot_check` compares with them); None when unknown.
     """
 
     __slots__ = (
@@ -102,20 +105,31 @@ class Route:
         "call",
         "check_batch",
         "checks",
+        "dropped",
         "follows_weights",
         "graph",
         "lower",
         "lower_calls",
         "nested",
         "single",
+        "tolerances",
     )
 
-    def __init__(self, graph: GraphSpec, backend: Any, lower: Sequence[tuple[int, Any | None]] = ()) -> None:
+    def __init__(
+        self,
+        graph: GraphSpec,
+        backend: Any,
+        lower: Sequence[tuple[int, Any | None]] = (),
+        tolerances: Tolerances | None = None,
+    ) -> None:
         self.graph = graph
         self.backend = backend
         self.call = backend
         self.lower: tuple[tuple[int, Any | None], ...] = tuple(sorted(lower, key=lambda pair: pair[0]))
         self.lower_calls: tuple[tuple[int, Any], ...] = ()
+        self.tolerances = tolerances
+        self.dropped: tuple[Any, ...] = ()
+        """Backends a spot check caught giving wrong answers: the original module serves their batches."""
         self.follows_weights = all(follows_weights(b) for b in self.backends)
         self.refresh()
         self.checks = [
@@ -145,10 +159,18 @@ class Route:
         Only valid while the backend is ACTIVE or DEPLOYED: the wrapper refreshes its
         routes whenever it activates them, and routes nothing while they are released.
         """
-        self.call = _direct_call(self.backend)
-        self.lower_calls = tuple(
-            (up_to, RUN_EAGERLY if backend is None else _direct_call(backend)) for up_to, backend in self.lower
-        )
+        self.call = self._call_of(self.backend)
+        self.lower_calls = tuple((up_to, self._call_of(backend)) for up_to, backend in self.lower)
+
+    def _call_of(self, backend: Any | None) -> Any:
+        if backend is None or any(backend is dropped for dropped in self.dropped):
+            return RUN_EAGERLY
+        return _direct_call(backend)
+
+    def drop(self, backend: Any) -> None:
+        """Serve the batches ``backend`` served on the original module from now on, whatever reactivates it."""
+        self.dropped = (*self.dropped, backend)
+        self.refresh()
 
     @property
     def backends(self) -> list[Any]:
@@ -196,6 +218,7 @@ class Route:
 
     def without_eager_ranges(self) -> None:
         """Serve the eager ranges with the next backend up: the original module can no longer run."""
+        self.dropped = ()  # nor serve a dropped backend's batches: the backends are all there is
         kept: list[tuple[int, Any | None]] = []
         for index, (up_to, backend) in enumerate(self.lower):
             if backend is None:

@@ -10,7 +10,8 @@ A wrapped module is in one of these states:
 * RECORDING: every call runs the original forward and is recorded into a graph;
 * TUNED: calls are routed by graph key to that graph's backend (eager for graphs
   without a tuned backend, calls outside the tuned shapes, and calls the backends no
-  longer fit because the module changed: :mod:`aitune_core.module.staleness`);
+  longer fit because the module changed: :mod:`aitune_core.module.staleness`), some
+  of them checked against eager on the way (:mod:`aitune_core.module.spot_check`);
 * INACTIVE: backends are released and calls run the original forward, unrecorded.
 
 Whatever the state, calls made inside a recording session (``tune`` gathers in one,
@@ -43,6 +44,7 @@ from aitune_core.module.recorder import GraphRecord, GraphRecorder
 from aitune_core.module.registry import ModuleRegistry
 from aitune_core.module.router import RUN_EAGERLY, Route, UnseenCalls
 from aitune_core.module.session import current_session, open_session, sessions_open
+from aitune_core.module.spot_check import SpotChecks, spot_checked
 from aitune_core.module.staleness import GRAD_CHANGE, Change, Watch
 
 
@@ -130,6 +132,7 @@ class Module(nn.Module):
         own["_warned_routes"] = set()
         own["_log"] = get_logger(module=name)
         own["_watch"] = Watch(module)
+        own["_spot_checks"] = SpotChecks()
         own["_claims"] = set()  # threads whose tuning run has this module, see start_recording
         own["_suspended_by"] = None  # the thread whose tuning run deactivated the routes
         MODULE_REGISTRY.add(self)
@@ -254,7 +257,9 @@ class Module(nn.Module):
                 watch = self._watch
                 if watch.alarm or next(watch.tick) or watch.inner.training is not watch.training:
                     return self._checked(args, kwargs)
-                return self._inner(*args) if call is RUN_EAGERLY else call(*args)
+                if call is RUN_EAGERLY:
+                    return self._inner(*args)
+                return spot_checked(self, call, args, {}) if config.spot_check_every else call(*args)
         return self.forward(*args, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -281,7 +286,9 @@ class Module(nn.Module):
         if lane is not None and change is None and len(args) == 1 and not kwargs:
             call = lane.call_for(args[0])
             if call is not None:
-                return self._inner(*args) if call is RUN_EAGERLY else call(*args)
+                if call is RUN_EAGERLY:
+                    return self._inner(*args)
+                return spot_checked(self, call, args, {}) if config.spot_check_every else call(*args)
         arguments = self._signature.normalize(args, kwargs)
         key = self._recorder.key(arguments, config.strict_mode)
         route = self._routes.get(key)
@@ -294,6 +301,8 @@ class Module(nn.Module):
                 if change is None or (change.kind == Change.WEIGHTS and route.follows_weights):
                     if not _grad_enabled() or not route.takes_grad(arguments):
                         args, kwargs = self._signature.as_bound(args, kwargs, arguments)
+                        if config.spot_check_every:
+                            return spot_checked(self, call, args, kwargs)
                         return call(*args, **kwargs)
                     change = GRAD_CHANGE
                 return self._bypass(change, args, kwargs)

@@ -87,6 +87,36 @@ def compare_outputs(candidate: Any, reference: Any, tolerances: Tolerances) -> C
     return result
 
 
+def quickly_close(candidate: Any, reference: Any, tolerances: Tolerances) -> bool:
+    """True only where :func:`compare_outputs` finds nothing, in a few tensor operations; False: ask it.
+
+    For checks made often (spot checks while serving): outputs that are all real or
+    integer tensors of eager's shapes and dtypes, every value finite, are compared whole
+    by the same rule (within ``atol + rtol * |eager|``, in float64, integers exactly).
+    Anything else (a NaN or an infinity included) and any mismatch is left to
+    :func:`compare_outputs` and its message.
+    """
+    got, want = list(walk_outputs(candidate)), list(walk_outputs(reference))
+    if len(got) != len(want):
+        return False
+    for (locator, value), (expected_locator, expected) in zip(got, want, strict=True):
+        if locator != expected_locator or not isinstance(value, torch.Tensor) or not isinstance(expected, torch.Tensor):
+            return False
+        if value.shape != expected.shape or value.dtype != expected.dtype or expected.is_complex() or expected.is_meta:
+            return False
+        actual = value.detach().to(expected.device)
+        if not expected.is_floating_point():
+            if not torch.equal(actual, expected):
+                return False
+            continue
+        tolerance = tolerances.for_dtype(expected.dtype)
+        wanted = expected.detach().double()
+        bound = wanted.abs().mul_(tolerance.rtol).add_(tolerance.atol)
+        if not bool((actual.double() - wanted).abs_().le_(bound).all()):  # False at any NaN or infinity
+            return False
+    return True
+
+
 OPAQUE_FIX = (
     "register its type as a container so that its tensors are compared "
     "(aitune_core.register_container, or a plugin's aitune_register_containers hook; "
