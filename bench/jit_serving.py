@@ -1,7 +1,9 @@
 """What a service feels while the JIT tunes: the JIT demo's loop as a service sees it, in fresh processes.
 
 A script that never imports aitune serves the demo CNN at batch 4: 1,500 calls with
-20 ms between them, one intra-op thread. It runs twice in new interpreters: without
+20 ms between them, at ``--threads`` intra-op threads (one by default). With
+``--threads default`` the script never calls ``torch.set_num_threads``: it runs at
+torch's own count, as an unmodified user script does. It runs twice in new interpreters: without
 aitune, and with ``AITUNE_JIT=1`` and an empty cache (so the JIT records, tunes in the
 background and swaps the winner in during the loop). Reported: p50, p99 and the
 slowest call of each run, how much later than the plain run's p99 the JIT run's p99 is
@@ -40,7 +42,7 @@ if "aitune_core.log" in sys.modules:
     sys.modules["aitune_core.log"]._listeners.append(sink)
 
 torch.manual_seed(0)
-torch.set_num_threads(1)
+SET_THREADS
 model = DemoCNN().eval()
 images = torch.randn(4, 3, 32, 32)
 starts, took = [], []
@@ -58,14 +60,36 @@ print("MARK" + json.dumps({"took": took, "starts": starts, "events": list(sink),
 """
 
 
-def _serve(jit: bool, calls: int, gap_s: float, work: Path) -> dict[str, Any]:
-    script = work / "serve.py"
-    script.write_text(
-        SCRIPT.replace("CALLS", str(calls)).replace("GAP_S", str(gap_s)).replace("MARK", MARK)
-    )
+def _environment(work: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AITUNE_")}
     env.update({"AITUNE_CACHE_DIR": str(work / "cache"), "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor")})
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return env
+
+
+def torch_default_threads(work: Path) -> int:
+    """The thread count torch picks by itself in a serving script's fresh interpreter (this one may have set its own)."""
+    probe = "import torch; print(torch.get_num_threads())"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=_environment(work), timeout=300, check=True
+    )
+    return int(done.stdout.split()[-1])
+
+
+def _set_threads(threads: int, default: int) -> str:
+    """The script's thread line: none at torch's own count (an unmodified script), else a set_num_threads call."""
+    return "" if threads == default else f"torch.set_num_threads({threads})"
+
+
+def _serve(jit: bool, calls: int, gap_s: float, work: Path, set_threads: str) -> dict[str, Any]:
+    script = work / "serve.py"
+    script.write_text(
+        SCRIPT.replace("CALLS", str(calls))
+        .replace("GAP_S", str(gap_s))
+        .replace("MARK", MARK)
+        .replace("SET_THREADS", set_threads)
+    )
+    env = _environment(work)
     if jit:
         env["AITUNE_JIT"] = "1"
     done = subprocess.run(
@@ -95,14 +119,18 @@ def run(options: Options) -> list[Result]:
     loaded = load_wanted()
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="aitune-bench-jit-serving-") as folder:
+        default = torch_default_threads(Path(folder))
+        set_threads = _set_threads(options.threads, default)
+        threads = f"{options.threads} thread{'s' if options.threads != 1 else ''}"
+        threads += " (torch's default, no set_num_threads)" if not set_threads else ""
         runs: dict[str, dict[str, Any]] = {}
         for name, jit in (("without aitune", False), ("AITUNE_JIT=1", True)):
             work = Path(folder) / name.replace(" ", "-").replace("=", "")
             work.mkdir()
             with bursty_neighbours() if loaded else _nothing():
-                runs[name] = _serve(jit, calls, 0.02, work)
+                runs[name] = _serve(jit, calls, 0.02, work, set_threads)
         where = "beside two bursty neighbours" if loaded else "quiet"
-        label = f"JIT serving loop, demo CNN batch 4, {calls} calls, 20 ms gaps, {where}"
+        label = f"JIT serving loop, demo CNN batch 4, {calls} calls, 20 ms gaps, {threads}, {where}"
         for name, measured in runs.items():
             took = measured["took"]
             results += [
