@@ -38,6 +38,7 @@ from aitune_jit.live import LiveSamples, check_routes
 from aitune_jit.options import JitOptions
 from aitune_jit.root import route_root, unroute
 from aitune_jit.selection import ROOT, choose
+from aitune_jit.serving import SERVING_CALLS
 from aitune_jit.states import JitState, ModuleStatus
 from aitune_jit.store import load_result, result_path, store_result, stored
 from aitune_jit.trace_gate import TRACE_GATE
@@ -178,7 +179,8 @@ class JitRun:
         self.worker.submit(lambda: self._tune_apart_from_serving(module))
 
     def _tune_apart_from_serving(self, module: JitModule) -> None:
-        with TRACE_GATE.guarding():
+        # Serving calls are marked in flight meanwhile: this job's work here goes in the gaps between them.
+        with SERVING_CALLS.watch(), TRACE_GATE.guarding():
             self._tune(module)
 
     def _tune(self, module: JitModule) -> None:
@@ -191,6 +193,7 @@ class JitRun:
         assert module.live is not None
         samples = module.live.wait()
         module.live.close()
+        SERVING_CALLS.wait_for_gap()
         check = check_routes(
             module.wrapper.signature, tuned.routes, samples, slots().graph_key_parts(), tuned.tolerances
         )
@@ -207,6 +210,7 @@ class JitRun:
                 _release(tuned.routes)
                 return
             module.wrapper.set_routes(tuned.routes)  # one dict swap: running calls finish on the old path
+            module.wrapper.__dict__["_threads"] = tuned.threads  # what checkpoints record, as tune()'s
             module.state = JitState.TUNED
         module.detail = f"checked on {check.checked} live calls" if check.checked else "eager kept everywhere"
         module.log.info("jit: routed", backends=module.status().backends, live_calls_checked=check.checked)
@@ -216,6 +220,7 @@ class JitRun:
         if self._location is None or self._target is None:
             return
         try:
+            SERVING_CALLS.wait_for_gap()
             store_result(self._target, self._location)
         except Exception as error:
             module.log.warning("jit: result not stored", error=f"{type(error).__name__}: {error}")

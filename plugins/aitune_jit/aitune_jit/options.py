@@ -54,7 +54,9 @@ class JitOptions:
         torch's compile cache; turn off to refuse them (such winners are then tuned again).
     exit_wait_s: at interpreter exit, how long to wait for a tuning in progress to
         finish and be stored (0: do not wait; the work is lost).
-    nice: how much lower the tuning thread's CPU priority is than serving's (Linux).
+    nice: how much lower the tuning thread's CPU priority is than serving's (Linux). 0 by
+        default: the thread holds the GIL, so a lower priority makes serving calls wait for
+        it, and thread pools it makes for the winner would serve at that priority.
     switch_interval_s: the interpreter's thread switch interval while tuning runs, so that
         serving calls waiting for the GIL get it quickly (``sys.setswitchinterval``).
     """
@@ -70,7 +72,7 @@ class JitOptions:
     cache: bool = True
     trust_native_code: bool = True
     exit_wait_s: float = attrs.field(default=600.0, validator=_non_negative)
-    nice: int = attrs.field(default=10, validator=_non_negative)
+    nice: int = attrs.field(default=0, validator=_non_negative)
     switch_interval_s: float = attrs.field(default=0.0002, validator=_non_negative)
 
     @classmethod

@@ -17,9 +17,13 @@ executor, the JIT builds out of process when both hold:
 Candidates the user named (``backends=``, ``strategy=``) build in-process unless an
 executor is named too; everything else builds in-process, as ``tune`` does.
 
-The child takes one core and background priority (``SCHED_IDLE``, see
-:mod:`aitune_core.executors.isolated.priority`): on a two-core machine serving keeps
-a core to itself, and wakes up on either without waiting behind a compiler.
+The child runs at background priority (``SCHED_IDLE``, see
+:mod:`aitune_core.executors.isolated.priority`) from the moment it starts, imports
+included: it uses only the CPU time that serving leaves, and a serving call that wakes up
+takes its core back at once. It runs at the serving process's torch thread count, which
+is what it builds for: Inductor specializes its kernels for the thread count at compile
+time (at one thread, no parallel loops at all), so a child at one thread would build an
+AOT candidate that serves on one core of two.
 """
 
 from __future__ import annotations
@@ -32,9 +36,6 @@ import torch
 from torch import nn
 
 from aitune_core.config import config
-
-CHILD_THREADS = 1
-"""Cores a JIT build child may use: serving keeps the rest."""
 
 DEFAULT_EXECUTORS = ("auto", "inprocess")
 """``config.executor`` values that mean no executor was chosen: the default, and tuning's old default."""
@@ -50,8 +51,8 @@ class Placement:
     owned: bool = False
 
 
-def place(module: nn.Module, strategy: Any, executor: Any, device: torch.device) -> Placement:
-    """Where to build ``module``'s candidates (see module docstring)."""
+def place(module: nn.Module, strategy: Any, executor: Any, device: torch.device, threads: int) -> Placement:
+    """Where to build ``module``'s candidates (see module docstring); ``threads``: the serving process's count."""
     if executor is not None or config.executor not in DEFAULT_EXECUTORS:
         return Placement(executor, strategy, "where the executor asked for says")
     if strategy is not None:
@@ -66,8 +67,8 @@ def place(module: nn.Module, strategy: Any, executor: Any, device: torch.device)
     from aitune_core.strategies.max_throughput import MaxThroughputStrategy
 
     names = ", ".join(blueprint.describe() for blueprint in candidates)
-    child = SubprocessExecutor(threads=CHILD_THREADS, background=True)
-    reason = f"in a child process at background priority, {CHILD_THREADS} core: {names}"
+    child = SubprocessExecutor(threads=threads, background=True)
+    reason = f"in a child process at background priority, {threads} thread{'s' if threads != 1 else ''}: {names}"
     return Placement(child, MaxThroughputStrategy(candidates), reason, owned=True)
 
 

@@ -3,8 +3,9 @@
 ``ait.Module`` replaces a module in its parent; the model a script holds in a local
 variable has no parent. So the model keeps its identity and its class is swapped for a
 subclass made for this one object, whose ``__call__`` goes to a wrapper (when the model
-itself is tuned) and passes the call through :data:`~aitune_jit.trace_gate.TRACE_GATE`
-while a tuning runs. The wrapper wraps a *twin*: an instance of the original class sharing
+itself is tuned) and, while a tuning runs, marks the call in flight
+(:data:`~aitune_jit.serving.SERVING_CALLS`) and passes it through
+:data:`~aitune_jit.trace_gate.TRACE_GATE`. The wrapper wraps a *twin*: an instance of the original class sharing
 the model's ``__dict__`` (parameters, buffers, submodules, flags, hooks), so the eager
 path runs the original forward on exactly the model's state, and ``model.eval()`` or
 ``model.to()`` reach both.
@@ -22,6 +23,7 @@ from typing import Any
 from torch import nn
 
 from aitune_core.module.wrapper import MODULE_REGISTRY, Module
+from aitune_jit.serving import SERVING_CALLS
 from aitune_jit.trace_gate import TRACE_GATE
 
 _ORIGINAL = "_aitune_jit_original_class"
@@ -39,14 +41,19 @@ def route_root(model: nn.Module, name: str | None, strategy: Any = None) -> Modu
         object.__setattr__(twin, "__dict__", model.__dict__)
         wrapper = Module(twin, name, strategy=strategy)
         serve = wrapper
-    target, gate = model, TRACE_GATE
+    target, gate, calls = model, TRACE_GATE, SERVING_CALLS
+
+    def gated(*args: Any, **kwargs: Any) -> Any:
+        if gate.active:
+            with gate.serving():
+                return serve(*args, **kwargs)
+        return serve(*args, **kwargs)
 
     def __call__(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         if self is not target:
             return cls.__call__(self, *args, **kwargs)  # a copy made of this object: not routed
-        if gate.active:
-            with gate.serving():
-                return serve(*args, **kwargs)
+        if calls.watching:  # a tuning runs (the trace gate is only ever active then)
+            return calls.serve(gated, args, kwargs)
         return serve(*args, **kwargs)
 
     def __reduce_ex__(self: nn.Module, protocol: Any) -> Any:

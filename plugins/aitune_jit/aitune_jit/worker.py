@@ -1,11 +1,19 @@
 """The background thread tuning runs in, so that no serving call waits on a compile.
 
-Two things keep serving responsive while it works. Its CPU priority is lowered
-(Linux: per thread, inherited by the compiler processes it starts), so serving gets the
-cores first. And the interpreter's thread switch interval is shortened: a serving call
-releases the GIL in every torch op and must get it back after each; with the default
-5 ms interval and a tuning thread busy in Python (tracing a model), each op could wait
-that long. Both are put back when the queue is empty.
+Its work in this process (restoring candidates, validating and timing them) starts in
+the gaps between serving calls (:mod:`aitune_jit.pacing`). The interpreter's thread
+switch interval is shortened while it works: a serving call releases the GIL in every
+torch op and must get it back after each; with the default 5 ms interval and a tuning
+thread busy in Python (tracing a model), each op could wait that long. It is put back
+when the queue is empty.
+
+Its CPU priority is left as serving's by default (``nice=0``), for two reasons. The
+thread holds the GIL: at a lower priority it can be descheduled while holding it, and
+a serving call waiting for the GIL then waits until every thread preferred to it has
+had its slice. And thread pools made in this thread inherit its priority and keep it
+when they serve: the intra-op threads of an ONNX Runtime session restored here for the
+winner served at nice 10. Compiles run in a child process at background priority
+instead (:mod:`aitune_jit.placement`).
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from aitune_core.log import get_logger
 class TuningWorker:
     """Runs submitted jobs one at a time, in submission order, on one daemon thread."""
 
-    def __init__(self, nice: int = 10, switch_interval_s: float = 0.0) -> None:
+    def __init__(self, nice: int = 0, switch_interval_s: float = 0.0) -> None:
         self._nice = nice
         self._switch_interval_s = switch_interval_s
         self._jobs: deque[Callable[[], None]] = deque()

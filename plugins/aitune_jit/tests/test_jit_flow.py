@@ -9,6 +9,7 @@ import torch
 from jit_helpers import FAST_PROFILE, GatedBackend, Hold, OffBackend, TwoLayers
 
 import aitune_core as ait
+from aitune_jit.serving import SERVING_CALLS
 from aitune_jit.states import JitState
 
 
@@ -66,7 +67,11 @@ def test_a_winner_wrong_on_live_calls_is_not_swapped_in() -> None:
     assert torch.equal(model(x), expected)
 
 
-def test_a_call_in_flight_finishes_on_the_path_it_started(gated: type[GatedBackend]) -> None:
+def test_a_call_in_flight_finishes_on_the_path_it_started(
+    gated: type[GatedBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The held call is in flight for the rest of the tuning: each piece of it would wait for a gap in vain.
+    monkeypatch.setattr(SERVING_CALLS, "wait_limit_s", 0.0)
     model = TwoLayers().eval()
     x = torch.randn(4, 16)
     expected = model.forward(x)

@@ -69,17 +69,18 @@ def defaults(monkeypatch: pytest.MonkeyPatch, *kinds: Backend) -> None:
 
 def test_default_candidates_that_compile_elsewhere_build_in_a_child(monkeypatch: pytest.MonkeyPatch) -> None:
     defaults(monkeypatch, AotKind(), JitKind())
-    chosen = placement.place(Local(), None, None, CPU)
+    chosen = placement.place(Local(), None, None, CPU, 2)
     assert isinstance(chosen.executor, SubprocessExecutor) and chosen.owned
-    assert chosen.executor.background and chosen.executor.threads == 1  # one core, only what serving leaves
-    assert chosen.executor.candidate_options() == {"threads": 1, "background": True}
+    # Built at the serving count (Inductor specializes kernels for it), in CPU time serving leaves.
+    assert chosen.executor.background and chosen.executor.threads == 2
+    assert chosen.executor.candidate_options() == {"threads": 2, "background": True}
     assert [type(b) for b in chosen.strategy.backends] == [AotKind, ait.TorchEagerBackend]
-    assert chosen.reason == "in a child process at background priority, 1 core: AotKind(), TorchEagerBackend()"
+    assert chosen.reason == "in a child process at background priority, 2 threads: AotKind(), TorchEagerBackend()"
 
 
 def test_only_jit_kind_defaults_stay_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     defaults(monkeypatch, JitKind())
-    chosen = placement.place(Local(), None, None, CPU)
+    chosen = placement.place(Local(), None, None, CPU, 1)
     assert chosen.executor is None and chosen.strategy is None
     assert "every default candidate compiles where it serves" in chosen.reason
 
@@ -90,7 +91,7 @@ def test_a_class_a_child_cannot_import_stays_in_process(monkeypatch: pytest.Monk
     class InAFunction(nn.Module):
         pass
 
-    chosen = placement.place(InAFunction(), None, None, CPU)
+    chosen = placement.place(InAFunction(), None, None, CPU, 1)
     assert chosen.executor is None
     assert "InAFunction is defined in" in chosen.reason or "cannot be imported" in chosen.reason
 
@@ -98,7 +99,7 @@ def test_a_class_a_child_cannot_import_stays_in_process(monkeypatch: pytest.Monk
 def test_what_the_user_names_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     defaults(monkeypatch, AotKind())
     strategy = ait.FirstWinsStrategy([ait.TorchEagerBackend()])
-    assert placement.place(Local(), strategy, None, CPU).executor is None  # named candidates: in-process
-    assert placement.place(Local(), None, "inprocess", CPU).executor == "inprocess"
+    assert placement.place(Local(), strategy, None, CPU, 1).executor is None  # named candidates: in-process
+    assert placement.place(Local(), None, "inprocess", CPU, 1).executor == "inprocess"
     ait.config.executor = "subprocess"
-    assert placement.place(Local(), None, None, CPU).executor is None  # config.executor decides
+    assert placement.place(Local(), None, None, CPU, 1).executor is None  # config.executor decides
