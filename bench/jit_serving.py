@@ -68,7 +68,7 @@ def _environment(work: Path) -> dict[str, str]:
 
 
 def torch_default_threads(work: Path) -> int:
-    """The thread count torch picks by itself in a serving script's fresh interpreter (this one may have set its own)."""
+    """The thread count torch picks by itself in a fresh serving script (this process may have set its own)."""
     probe = "import torch; print(torch.get_num_threads())"
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, env=_environment(work), timeout=300, check=True
