@@ -10,6 +10,10 @@ reason, so each preset is its own default candidate and carries its availability
 Every preset is lossy (``TorchAOBackend.lossy``), so strategies left to the defaults try
 them only when the user opts in (``ait.config.allow_lossy = True``, or tolerances given
 to the strategy); otherwise they are listed as skipped with that reason.
+
+A preset is offered under ``torch.compile`` on the devices where compiling is what makes
+it pay (``Preset.compiled_on``: ``int8dq`` on the CPU). Its compiles go through Inductor's
+caches like every other compiling backend's, so a graph compiled once is reused.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ def aitune_default_candidates(device: torch.device) -> Sequence[Candidate] | Non
     if device.type not in TorchAOBackend.supported_devices:
         return None
     candidates = []
-    for rank, name in enumerate(PRESETS):
-        backend = TorchAOBackend(preset=name)
+    for rank, (name, preset) in enumerate(PRESETS.items()):
+        backend = TorchAOBackend(preset=name, compile=device.type in preset.compiled_on)
         candidates.append(Candidate(backend, priority=FIRST_PRIORITY - rank, availability=backend.availability(device)))
     return candidates

@@ -33,8 +33,9 @@ def test_registers_the_backend(dist: Any, aitune_isolated_plugins: Any) -> None:
 def test_one_default_candidate_per_preset_with_its_availability(dist: Any, aitune_isolated_plugins: Any) -> None:
     aitune_isolated_plugins.load(dist, strict=True)
     candidates = default_candidates("cpu")
+    compiled = {"int8dq": ",compile=True"}  # on a CPU, int8 pays where Inductor fuses it (presets.COMPILED_ON_CPU)
     assert [c.backend.describe() for c in candidates] == [
-        *(f"TorchAOBackend(preset={name!r})" for name in PRESETS),
+        *(f"TorchAOBackend(preset={name!r}{compiled.get(name, '')})" for name in PRESETS),
         "TorchEagerBackend()",
     ]
     assert all(c.plugin == "aitune-torchao" for c in candidates[:-1])
@@ -43,6 +44,7 @@ def test_one_default_candidate_per_preset_with_its_availability(dist: Any, aitun
     assert by_preset["fp8dq"].availability is not None
     assert by_preset["fp8dq"].availability.reason == "preset 'fp8dq' needs CUDA with compute capability >= 8.9, not cpu"
     assert [c.name for c in default_candidates("mps")] == ["eager"]
+    assert not any(c.backend.config.compile for c in default_candidates("cuda")[:-1])  # type: ignore[attr-defined]
 
 
 def run_cli(dist: Any, *args: str) -> subprocess.CompletedProcess[str]:

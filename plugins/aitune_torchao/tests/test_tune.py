@@ -126,7 +126,8 @@ def test_default_candidates_skip_the_presets_this_machine_lacks(
     )
     assert len(skipped) == 7
     tried = [c.backend for c in graph.candidates if c.status != "skipped"]
-    assert tried[:3] == ["TorchAOBackend(preset='int8wo')", "TorchAOBackend(preset='int8dq')", "TorchEagerBackend()"]
+    compiled_int8dq = "TorchAOBackend(preset='int8dq',compile=True)"
+    assert tried[:3] == ["TorchAOBackend(preset='int8wo')", compiled_int8dq, "TorchEagerBackend()"]
 
 
 @pytest.mark.gpu
