@@ -64,12 +64,19 @@ def _process_table() -> dict[int, tuple[int, int]] | None:
     """``{pid: (parent pid, process group)}`` of every process, or None without ``/proc``."""
     if not (_PROC / "self" / "stat").is_file():
         return None
+    # Read ten times a second, in the process that may be serving (the JIT's): plain os calls,
+    # not pathlib, cost less than half the CPU (about 1 ms for 100 processes against 2.5 ms).
     table = {}
-    for entry in os.listdir(_PROC):
+    root = str(_PROC)
+    for entry in os.listdir(root):
         if not entry.isdigit():
             continue
         try:
-            stat = (_PROC / entry / "stat").read_bytes()
+            handle = os.open(f"{root}/{entry}/stat", os.O_RDONLY)
+            try:
+                stat = os.read(handle, 4096)
+            finally:
+                os.close(handle)
         except OSError:
             continue  # it ended while the table was read
         # "pid (command) state ppid pgrp ...": the command may hold spaces and parentheses.
