@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import pytest
@@ -28,7 +28,7 @@ class ThreadsSeenBackend(NoDelayBackend):
 
     name = "test_threads_seen"
     config_class = ThreadsSeenConfig
-    seen: list[int] = []
+    seen: ClassVar[list[int]] = []
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         ThreadsSeenBackend.seen.append(torch.get_num_threads())
