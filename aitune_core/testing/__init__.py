@@ -7,8 +7,10 @@ Enable it in a test module or the root ``conftest.py``::
 Fixtures: ``aitune_fake_dist`` writes a fake installed distribution and puts it on
 ``sys.path``; ``aitune_isolated_plugins`` loads a plugin registry that sees only the
 distributions you give it; ``aitune_clean_plugin_env`` unsets the environment variables
-that choose plugins (``AITUNE_PLUGINS`` and its siblings). :class:`BackendConformance` is the suite every backend
-passes: subclass it and provide ``make_backend()``.
+that choose plugins (``AITUNE_PLUGINS`` and its siblings); ``aitune_one_thread`` runs
+torch on one thread, in the test and in the processes it starts.
+:class:`BackendConformance` is the suite every backend passes: subclass it and provide
+``make_backend()``.
 
 What the shipped plugins' tests share, importable on its own:
 :mod:`~aitune_core.testing.models` (tiny models and their calls),
@@ -40,6 +42,7 @@ from aitune_core.testing.fixtures import (  # noqa: E402
     aitune_clean_plugin_env,
     aitune_fake_dist,
     aitune_isolated_plugins,
+    aitune_one_thread,
 )
 
 __all__ = [
@@ -50,5 +53,6 @@ __all__ = [
     "aitune_clean_plugin_env",
     "aitune_fake_dist",
     "aitune_isolated_plugins",
+    "aitune_one_thread",
     "write_fake_dist",
 ]

@@ -1,7 +1,8 @@
-"""pytest fixtures for plugin authors: fake installed distributions, an isolated registry, a clean environment.
+"""pytest fixtures for plugin authors: fake distributions, an isolated registry, a clean environment, one thread.
 
 Each undoes everything when the test ends: ``sys.path`` entries, the modules imported
-from the fake distributions, the process-wide plugin registry, the environment.
+from the fake distributions, the process-wide plugin registry, the environment, torch's
+thread count.
 """
 
 from __future__ import annotations
@@ -108,3 +109,21 @@ def aitune_clean_plugin_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """The test runs without the :data:`PLUGIN_ENV` variables, whatever the shell that started pytest set."""
     for name in PLUGIN_ENV:
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def aitune_one_thread(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """torch runs on one thread during the test, and so does every child it starts (``OMP_NUM_THREADS=1``).
+
+    For tests that time real runs: the comparison then does not depend on how busy the
+    machine's other cores are. The thread count the test found is back afterwards.
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -129,11 +129,6 @@ def test_two_jobs_sharing_a_cache_and_a_module_name_each_save_their_own_build(tm
     assert all(Path(folder).is_relative_to(tmp_path / "shared-cache" / "builds") for folder in folders)
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path: Path) -> None:
-    config.cache_dir = tmp_path / "cache"
-
-
 def _tuned(name: str) -> ait.Module:
     module = ait.Module(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).eval(), name)
     strategy = ait.FirstWinsStrategy([WeightFileBackend()], profile=FAST_PROFILE).enable_performance_validation(False)

@@ -21,7 +21,6 @@ from aitune_core.checkpoint.files import sha256_of
 from aitune_core.checkpoint.load import load
 from aitune_core.checkpoint.manifest import MIGRATIONS
 from aitune_core.checkpoint.save import save
-from aitune_core.config import config
 from aitune_core.errors import CheckpointError
 from aitune_core.testing.timing import FAST_PROFILE
 
@@ -55,11 +54,6 @@ def tune_eager(func, batch_sizes=(1, 2, 4)) -> None:  # type: ignore[no-untyped-
         batch_sizes=list(batch_sizes),
         strategy=ait.FirstWinsStrategy([ait.TorchEagerBackend()], profile=FAST_PROFILE),
     )
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path: Path) -> None:
-    config.cache_dir = tmp_path / "cache"
 
 
 @attrs.define

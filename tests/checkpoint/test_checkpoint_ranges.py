@@ -24,7 +24,6 @@ from weight_file_backend import WeightFileBackend
 import aitune_core as ait
 from aitune_core.checkpoint.inspect import describe_checkpoint
 from aitune_core.checkpoint.manifest import FORMAT_VERSION, migrate
-from aitune_core.config import config
 from aitune_core.errors import CheckpointError
 from aitune_core.module.router import RUN_EAGERLY, Route
 from aitune_core.profiling import ProfileConfig
@@ -101,11 +100,6 @@ LATENCIES = {
     "RangeFileBackend()": {1: 3 * MS, 2: 3 * MS, 4: 3.5 * MS, 8: 3 * MS, 16: 5 * MS},
 }
 """Eager is fastest at batch 1, WeightFileBackend at 2 and 4, RangeFileBackend at 8 and 16."""
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path: Path) -> None:
-    config.cache_dir = tmp_path / "cache"
 
 
 @pytest.fixture

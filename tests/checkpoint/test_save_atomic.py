@@ -33,7 +33,6 @@ import aitune_core as ait
 from aitune_core.checkpoint import staging
 from aitune_core.checkpoint.load import load
 from aitune_core.checkpoint.save import save
-from aitune_core.config import config
 from aitune_core.log import capture
 from aitune_core.testing.timing import FAST_PROFILE
 
@@ -185,11 +184,6 @@ class Killer:
         self.process.stdin.close()
         self.process.wait(timeout=30)
         self.log.close()
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path: Path) -> None:
-    config.cache_dir = tmp_path / "cache"
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Partitioning tests: their own cache, one thread, failed loads that change nothing, the test backend installed."""
+"""Partitioning tests: one thread, failed loads that change nothing, the test backend installed."""
 
 from __future__ import annotations
 
@@ -8,24 +8,17 @@ from typing import Any
 
 import pytest
 
-from aitune_core.config import config
 from aitune_core.testing import fixtures
 from aitune_core.testing.load_guard import guard_failed_loads
 
 aitune_fake_dist = fixtures.aitune_fake_dist
 aitune_isolated_plugins = fixtures.aitune_isolated_plugins
+aitune_one_thread = fixtures.aitune_one_thread
 
 
 @pytest.fixture(autouse=True)
-def _cache_in_tmp(tmp_path: Path) -> None:
-    config.cache_dir = tmp_path / "cache"
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _one_thread() -> None:
-    import torch
-
-    torch.set_num_threads(1)
+def _one_thread(aitune_one_thread: None) -> None:
+    """Timing comparisons here must not depend on how busy the other core is."""
 
 
 @pytest.fixture(autouse=True)

@@ -1,22 +1,14 @@
-from __future__ import annotations
+"""The tuning tests: one torch thread each (the cache folder per test comes from the root conftest)."""
 
-from collections.abc import Iterator
-from pathlib import Path
+from __future__ import annotations
 
 import pytest
 
-from aitune_core.config import config
+from aitune_core.testing import fixtures
+
+aitune_one_thread = fixtures.aitune_one_thread
 
 
 @pytest.fixture(autouse=True)
-def _cache_in_tmp(tmp_path: Path) -> Iterator[None]:
-    config.cache_dir = tmp_path / "cache"
-    yield
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _one_thread() -> None:
-    # Timing comparisons in these tests must not depend on how busy the other core is.
-    import torch
-
-    torch.set_num_threads(1)
+def _one_thread(aitune_one_thread: None) -> None:
+    """Timing comparisons here must not depend on how busy the other core is."""

@@ -25,6 +25,8 @@ import aitune_core as ait
 from aitune_core.testing.child_process import env_with_sources
 from aitune_torchao import TorchAOBackend
 
+pytestmark = pytest.mark.usefixtures("aitune_one_thread")  # timings must not depend on the other core
+
 WIDTH, CLASSES = 32, 8
 _runs = itertools.count()
 
@@ -68,14 +70,6 @@ def samples(count: int) -> list[torch.Tensor]:
     """Each sample is its class's direction plus small positive noise: eager's top-1 is clear."""
     classes = torch.arange(count) % CLASSES
     return [torch.nn.functional.one_hot(c, WIDTH).float() + 0.05 * torch.rand(WIDTH) for c in classes]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> object:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_int8_serves_the_tolerant_blocks_and_the_sensitive_one_stays_exact() -> None:

@@ -18,17 +18,10 @@ from aitune_core import ProfileConfig
 from aitune_core.testing.models import SmallMLP
 from aitune_torchao import TorchAOBackend
 
+pytestmark = pytest.mark.usefixtures("aitune_one_thread")  # timings must not depend on the other core
+
 FAST_PROFILE = ProfileConfig(warmup_iterations=2, window=6, min_time_s=0.02, max_time_s=0.08, max_batch_search=False)
 _names = itertools.count()
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    """Timing comparisons must not depend on how busy the other core is."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def tuned(strategy: ait.TuneStrategy) -> tuple[torch.nn.Module, ait.Module, Any]:
