@@ -14,6 +14,8 @@ torch on one thread, in the test and in the processes it starts.
 
 What the shipped plugins' tests share, importable on its own:
 :mod:`~aitune_core.testing.models` (tiny models and their calls),
+:mod:`~aitune_core.testing.timing` (steady timers and short profiles),
+:mod:`~aitune_core.testing.exported` (the call paths of exported-graph backends),
 :mod:`~aitune_core.testing.recording` (a graph recorded as ``tune()`` records it),
 :mod:`~aitune_core.testing.child_process` (a fresh interpreter importing the same
 sources), :mod:`~aitune_core.testing.packaging` (the entry point, declared and

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import aitune_core as ait
+from aitune_core.testing.exported import refuse_flattening
 from aitune_core.testing.models import Positive, TinyMLP
 from aitune_core.testing.timing import SHORT_PROFILE
 from aitune_onnx import ONNXRuntimeBackend
@@ -30,13 +31,6 @@ def tuned(model: torch.nn.Module, features: int) -> tuple[ait.Module, ONNXRuntim
     (route,) = wrapped.routes.values()
     assert isinstance(route.backend, ONNXRuntimeBackend)
     return wrapped, route.backend
-
-
-def refuse_flattening(monkeypatch: pytest.MonkeyPatch, backend: Any) -> None:
-    def flatten(*_: Any) -> Any:
-        raise AssertionError("the call was flattened")
-
-    monkeypatch.setattr(backend, "_flatten_call", flatten)
 
 
 def test_a_lone_tensor_skips_flattening_and_gives_the_same_outputs(monkeypatch: pytest.MonkeyPatch) -> None:

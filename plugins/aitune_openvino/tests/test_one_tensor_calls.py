@@ -16,15 +16,9 @@ import torch
 from openvino_helpers import served_by, tune_alone
 
 import aitune_core as ait
+from aitune_core.testing.exported import refuse_flattening
 from aitune_core.testing.models import TinyCNN, TinyEncoder, cnn_call, encoder_call
 from aitune_openvino import OpenVINOBackend
-
-
-def refuse_flattening(monkeypatch: pytest.MonkeyPatch, backend: Any) -> None:
-    def flatten(*_: Any) -> Any:
-        raise AssertionError("the call was flattened")
-
-    monkeypatch.setattr(backend, "_flatten_call", flatten)
 
 
 def cnn() -> tuple[torch.nn.Module, ait.Module, OpenVINOBackend]:
