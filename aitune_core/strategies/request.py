@@ -52,19 +52,6 @@ class GraphTuneRequest:
         return self.signature if self.signature is not None else ForwardSignature(self.module.forward)
 
 
-def _start(
-    module: torch.nn.Module,
-    name: str,
-    graph_spec: GraphSpec,
-    data: list[Sample],
-    device: torch.device,
-    cache_dir: Path,
-    signature: ForwardSignature | None = None,
-    guard: ModuleGuard | None = None,
-) -> None:
-    """The arguments ``TuneStrategy.start`` took before :class:`GraphTuneRequest`."""
-
-
 def _tune(
     module: torch.nn.Module,
     name: str,
@@ -76,10 +63,14 @@ def _tune(
     executor: Any = None,
     guard: ModuleGuard | None = None,
 ) -> None:
-    """The arguments ``TuneStrategy.tune`` took before :class:`GraphTuneRequest`."""
+    """What ``TuneStrategy.tune`` took before :class:`GraphTuneRequest`; ``start`` took the same less ``executor``."""
 
 
-_LEGACY = {"start": inspect.signature(_start), "tune": inspect.signature(_tune)}
+_TUNE = inspect.signature(_tune)
+_LEGACY = {
+    "start": _TUNE.replace(parameters=[p for p in _TUNE.parameters.values() if p.name != "executor"]),
+    "tune": _TUNE,
+}
 
 
 def requested(
