@@ -144,7 +144,6 @@ def test_a_finished_tune_keeps_only_the_folder_its_winner_serves_from_until_the_
     torch.testing.assert_close(loaded(x), model()(x), rtol=0, atol=0)
 
 
-@pytest.mark.slow
 def test_the_subprocess_executor_leaves_only_the_winners_folder(plugin: Any, unique_name: Callable[[str], str]) -> None:
     wrapped, report = tune(plugin, unique_name("child"), executor="subprocess")
     (row,) = rows(report)
