@@ -120,8 +120,8 @@ def tune(
     modes = TrainingModes(m for module in wrapped for m in (module, *module.module.modules()))
     # Claimed before anything else: from here on, other threads' calls run unrecorded, never tuning data.
     claimed = [(module, module.start_recording()) for module in wrapped]
-    eviction.tune_started()  # what processes that are gone left in the cache goes before anything is built
     try:
+        eviction.tune_started()  # what processes that are gone left in the cache goes before anything is built
         if accuracy is not None:
             dataset, held = split(dataset, accuracy)
         ensure_plugins()  # executors, default candidates and strategies may come from plugins
