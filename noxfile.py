@@ -256,6 +256,13 @@ def tests_models(session: nox.Session) -> None:
     pytest(session, "tests_models", env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
 
 
+MYPY_CACHE = ROOT / ".nox" / "mypy-cache"
+"""One mypy cache for the core's run and every plugin's: a plugin's run reads the analysis of
+torch and the core that the runs before it wrote, instead of redoing it (13 to 15 s a plugin
+here, 1 to 3 s with the cache). mypy checks each cached module against its file's hash, so
+whatever changed is analysed again."""
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff over everything, the import contracts, mypy over the core and over every plugin (each from its folder).
@@ -268,14 +275,15 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", "aitune_core")
     session.run("lint-imports", "--no-cache")
-    session.run("mypy", "aitune_core")
+    session.run("mypy", "--cache-dir", str(MYPY_CACHE), "aitune_core")
     apart = [key for key in PLUGINS if key not in names]  # type-checked without their heavy libraries
     if apart:
         session.install("--no-deps", *(f"./{PLUGINS[key].path}" for key in apart))
     for key in [*names, *apart]:
         plugin = PLUGINS[key]
         with session.chdir(plugin.path):
-            session.run("mypy", "--config-file", str(ROOT / "pyproject.toml"), "-p", plugin.package)
+            config = str(ROOT / "pyproject.toml")
+            session.run("mypy", "--config-file", config, "--cache-dir", str(MYPY_CACHE), "-p", plugin.package)
 
 
 @nox.session
