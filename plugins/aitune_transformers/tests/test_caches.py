@@ -11,6 +11,7 @@ import aitune_core as ait
 from aitune_core import MaxThroughputStrategy, TorchEagerBackend
 from aitune_core.plugin_api import Locator, Tolerances, compare_outputs
 from aitune_core.testing.engine import holds_state, owned_copy, walk
+from aitune_core.testing.timing import FAST_PROFILE
 from aitune_transformers import plugin
 from aitune_transformers.phase import DECODE, PREFILL, phase
 
@@ -109,7 +110,7 @@ def test_the_phase_comes_from_the_cache_the_position_or_use_cache(tiny_gpt2):
 def test_prefill_and_decode_are_graphs_of_their_own_and_samples_keep_their_past(tiny_gpt2, greedy, unique_name):
     module = ait.Module(tiny_gpt2(), unique_name())
     prompts = [torch.randint(0, 97, (6,)) for _ in range(4)]
-    strategy = MaxThroughputStrategy([TorchEagerBackend()])
+    strategy = MaxThroughputStrategy([TorchEagerBackend()], profile=FAST_PROFILE)  # what is recorded, not timed
     ait.tune(lambda batch: greedy(module, batch, 3), prompts, batch_sizes=[1, 2], strategy=strategy)
     by_phase = {}
     for record in module.graphs.values():
@@ -130,7 +131,7 @@ def test_the_decode_batch_resizes_the_cache_with_the_tokens(tiny_gpt2, greedy, u
     model = tiny_gpt2()
     module = ait.Module(model, unique_name())
     prompts = [torch.randint(0, 97, (6,)) for _ in range(4)]
-    strategy = MaxThroughputStrategy([TorchEagerBackend()])
+    strategy = MaxThroughputStrategy([TorchEagerBackend()], profile=FAST_PROFILE)  # what is recorded, not timed
     ait.tune(lambda batch: greedy(module, batch, 2), prompts, batch_sizes=[1, 2], strategy=strategy)
     decode = next(r for r in module.graphs.values() if cache_of(r.samples[0].arguments) is not None)
     grown = decode.spec.input_spec.make_batch(decode.samples[0].arguments, 4)
