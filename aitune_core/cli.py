@@ -251,7 +251,7 @@ def run_cache(args: argparse.Namespace) -> int:
 
     from aitune_core.store import eviction, listing  # the cache's files: for this command only
     from aitune_core.store.store import ArtifactStore  # as above: loaded by this command only
-    from aitune_core.store.usage import scan
+    from aitune_core.store.usage import scan  # as above: loaded by this command only
 
     root = eviction.cache_root()
     store = ArtifactStore.of_config()
