@@ -11,18 +11,16 @@ that the in-process one is checked against.
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.timing import ROOT, calibrate, per_call
+from bench.timing import calibrate, per_call
 
 MARK = "ALONE-RESULT "
 EAGER = "eager"
+ALONE_TIMEOUT_S = 600
+"""One variant's load and timing in its fresh process, at most."""
 TUNED = "aitune"
 
 
@@ -65,12 +63,14 @@ def measure(paths: dict[str, str], job: dict[str, Any], turns: int = 2) -> dict[
     Variants take ``turns`` turns, the order reversed every other turn, so that a drift of
     the machine over the minutes this takes does not favour whoever goes first.
     """
+    from bench.selection import _spawn  # the suite's own job runner (that module imports this one)
+
     variants = {EAGER: None, **paths}
     names = list(variants)
     seen: dict[str, dict[str, list[float]]] = {name: {} for name in names}
     for turn in range(turns):
         for name in names if turn % 2 == 0 else reversed(names):
-            answer = _spawn({**job, "kind": "alone", "path": variants[name]})
+            answer, _ = _spawn({**job, "kind": "alone", "path": variants[name]}, timeout_s=ALONE_TIMEOUT_S)
             for size, value in answer["medians"].items():
                 seen[name].setdefault(size, []).append(value)
     return {name: {size: statistics.median(v) for size, v in sizes.items()} for name, sizes in seen.items()}
@@ -81,24 +81,6 @@ def quality(medians: dict[str, dict[str, float]], size: str) -> tuple[float, str
     others = {name: by_size[size] for name, by_size in medians.items() if name != TUNED}
     best = min(others, key=lambda name: others[name])
     return others[best] / medians[TUNED][size], best
-
-
-def _spawn(job: dict[str, Any]) -> dict[str, Any]:
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-W", "ignore", "-m", "bench.selection", json.dumps(job)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("SELECTION-RESULT ")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"alone job failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(lines[-1][len("SELECTION-RESULT ") :])
-    result["took_s"] = time.perf_counter() - started
-    return result
 
 
 def describe(run: dict[str, Any]) -> str:

@@ -267,7 +267,9 @@ def _worker(argv: list[str]) -> int:
 # ---------------------------------------------------------------------- in the bench process
 
 
-def _spawn(job: dict[str, Any], env: dict[str, str] | None = None) -> tuple[dict[str, Any], str]:
+def _spawn(
+    job: dict[str, Any], env: dict[str, str] | None = None, timeout_s: float = JOB_TIMEOUT_S
+) -> tuple[dict[str, Any], str]:
     """Run one job in a fresh process; returns its result and its log (stderr)."""
     full_env = {k: v for k, v in os.environ.items() if k not in ("AITUNE_EXECUTOR", "AITUNE_ALLOW_LOSSY")}
     full_env.update(env or {})
@@ -278,7 +280,7 @@ def _spawn(job: dict[str, Any], env: dict[str, str] | None = None) -> tuple[dict
         capture_output=True,
         text=True,
         check=False,
-        timeout=JOB_TIMEOUT_S,
+        timeout=timeout_s,
     )
     lines = [line for line in completed.stdout.splitlines() if line.startswith(RESULT_MARK)]
     if completed.returncode != 0 or not lines:
