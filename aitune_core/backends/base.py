@@ -85,6 +85,10 @@ class BuildContext:
     :meth:`Backend.optional_native_artifacts` it restored leaves them unread without it."""
 
 
+class RefitError(RuntimeError):
+    """A backend could not take the module's new weights in place; the caller rebuilds it or serves eager."""
+
+
 class Backend(abc.ABC):
     """An inference technology applied to one graph of one module.
 
@@ -288,6 +292,19 @@ class Backend(abc.ABC):
             self.context = context
         self._transition("deploy", self._deploy)
 
+    def can_refit(self) -> bool:
+        """Whether :meth:`refit` can take new weights without a rebuild; decided without doing work."""
+        return False
+
+    def refit(self, module: torch.nn.Module) -> None:
+        """Take the weights of ``module`` (the one it was built for, new values) into what serves.
+
+        The caller keeps the route on eager and validates against eager before it serves
+        again, so a backend may change what it holds in place."""
+        if not self.can_refit():
+            raise RefitError(f"{self.describe()} cannot take new weights without a rebuild")
+        self._transition("refit", lambda: self._refit(module))
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._state is not BackendState.ACTIVE and self._state is not BackendState.DEPLOYED:
             raise RuntimeError(f"{self.describe()} is {self._state.name}; only ACTIVE or DEPLOYED backends run")
@@ -308,6 +325,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         """Run a call, given exactly as the wrapped module was called."""
+
+    def _refit(self, module: torch.nn.Module) -> None:
+        """Copy ``module``'s parameters and buffers into what serves; raise RefitError when it cannot."""
+        raise RefitError(f"{self.describe()} has no refit")  # pragma: no cover - can_refit said yes
 
     def _activate(self) -> None:
         """Reload or re-create what :meth:`_deactivate` released."""

@@ -2,6 +2,7 @@
 
 INIT ─build→ ACTIVE ─deactivate→ INACTIVE ─activate→ ACTIVE ─deploy→ DEPLOYED
 CHECKPOINT_LOADED ─activate→ ACTIVE, CHECKPOINT_LOADED ─deploy→ DEPLOYED
+ACTIVE ─refit→ ACTIVE, DEPLOYED ─refit→ DEPLOYED (new weights, same state)
 
 A build happens once; DEPLOYED is final. Anything else is refused with both states
 named, because a backend driven out of order is a bug in a strategy, not something
@@ -31,6 +32,10 @@ TRANSITIONS: dict[str, dict[BackendState, BackendState]] = {
     "deploy": {
         BackendState.ACTIVE: BackendState.DEPLOYED,
         BackendState.CHECKPOINT_LOADED: BackendState.DEPLOYED,
+    },
+    "refit": {
+        BackendState.ACTIVE: BackendState.ACTIVE,
+        BackendState.DEPLOYED: BackendState.DEPLOYED,
     },
 }
 

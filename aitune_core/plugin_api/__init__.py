@@ -15,7 +15,7 @@ process-tree helpers) is in :mod:`aitune_core.plugin_api.executors`.
 from __future__ import annotations
 
 from aitune_core.backends.autocast import autocast, cast_outputs
-from aitune_core.backends.base import Availability, Backend, BackendConfig, BuildContext
+from aitune_core.backends.base import Availability, Backend, BackendConfig, BuildContext, RefitError
 from aitune_core.backends.build_folders import BUILDS, build_identity, tensor_bytes, weights_fingerprint
 from aitune_core.backends.eager import floating_dtype
 from aitune_core.backends.safe_options import (
@@ -70,6 +70,7 @@ __all__ = [
     "IntRule",
     "Locator",
     "OptionRule",
+    "RefitError",
     "Sample",
     "TensorSpec",
     "Tolerance",

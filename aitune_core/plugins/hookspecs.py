@@ -179,9 +179,9 @@ def aitune_before_step(step: str, backend: Backend) -> None:
     **Why.** Progress displays, tracing and resource accounting need to know when a
     build or activation starts.
 
-    **When.** Before every `build`, `activate`, `deactivate` and `deploy` of every
-    backend, after the state machine has accepted the step. `step` is one of those four
-    names; `backend.context` holds the `BuildContext` where there is one. An exception
+    **When.** Before every `build`, `activate`, `deactivate`, `deploy` and `refit` of
+    every backend, after the state machine has accepted the step. `step` is one of those
+    five names; `backend.context` holds the `BuildContext` where there is one. An exception
     raised here is a fault of the plugin, not of the step: the plugin is disabled and the
     step runs without it.
 
