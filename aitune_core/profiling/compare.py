@@ -10,8 +10,9 @@ What a comparison counts are clean rounds:
 
 * A round in which a neighbour preempted this process (see
   :mod:`aitune_core.profiling.interference`) is retaken instead of counted, up to
-  ``max_retakes`` of them; a round in which one variant was far slower than usual (a GC
-  pause) is an outlier and is left out for every variant.
+  ``max_retakes`` of them, and its seconds do not count against ``max_time_s``; a
+  round in which one variant was far slower than usual (a GC pause) is an outlier and
+  is left out for every variant.
 * Rounds go on until there are ``min_rounds`` clean ones (8 by default: enough for a
   90% interval from the second-smallest per-round ratio, so that no single round
   decides) and the verdicts are clear, or ``max_time_s`` of measuring is spent.
@@ -136,17 +137,29 @@ class _RoundLog:
     seconds: dict[str, dict[int, float]]
     calls: dict[str, dict[int, list[float]]]
     shares: dict[str, dict[int, float | None]]
-    spent: float = 0.0
+    waits: dict[str, dict[int, float | None]]
+    timed_s: dict[str, dict[int, float]]
 
     @classmethod
     def of(cls, names: list[str]) -> _RoundLog:
-        return cls({n: {} for n in names}, {n: {} for n in names}, {n: {} for n in names})
+        return cls(
+            {n: {} for n in names},
+            {n: {} for n in names},
+            {n: {} for n in names},
+            {n: {} for n in names},
+            {n: {} for n in names},
+        )
 
     def add(self, name: str, index: int, timed: TimedRound) -> None:
         self.seconds[name][index] = statistics.median(timed.latencies)
         self.calls[name][index] = timed.latencies
         self.shares[name][index] = timed.cpu_share
-        self.spent += sum(timed.latencies)
+        self.waits[name][index] = timed.wait_share
+        self.timed_s[name][index] = sum(timed.latencies)
+
+    def spent_in(self, kept: BatchComparison) -> float:
+        """Seconds measured in the rounds ``kept`` counts: retaken rounds do not use up ``max_time_s``."""
+        return sum(self.timed_s[name][index] for name, rounds in kept.per_round.items() for index in rounds)
 
 
 def compare(
@@ -202,13 +215,14 @@ def compare(
         if count < need:
             continue
         still = _racing(active, judged)
-        if log.spent < config.min_time_s:
+        spent = log.spent_in(kept)
+        if spent < config.min_time_s:
             continue
         if _looks_now(count, first_look):
             early = attrs.evolve(config, confidence=max(config.confidence, EARLY_STOP_CONFIDENCE))
             if _decided(_kept(log, reference, batch_size, early, outrun), still, gate):
                 break
-        if log.spent >= config.max_time_s:
+        if spent >= config.max_time_s:
             far = [n for n in still if kept.speedup(n).verdict(gate) == "undecided" and _far_above(kept, n, gate)]
             if not far or count >= config.max_rounds:
                 break
@@ -291,7 +305,7 @@ def _kept(
     """The rounds that count: without the disturbed ones (up to ``max_retakes``), then without outliers."""
     taken = sorted(log.seconds[reference])
     least = rounds_for_an_interval(config.confidence)
-    disturbed = disturbed_rounds(log.shares, config.interference_threshold)
+    disturbed = disturbed_rounds(log.shares, config.interference_threshold, log.waits)
     retaken = set(sorted(disturbed, key=lambda i: (-disturbed[i], i))[: config.max_retakes])
     clean = [i for i in taken if i not in retaken]
     severity: dict[int, float] = {}

@@ -1,13 +1,22 @@
-"""Finding the rounds that a neighbour disturbed, from how much CPU time the process got.
+"""Finding the rounds that a neighbour disturbed, from how long the process waited for a CPU.
 
-A round in which this process was preempted shows it: its wall time runs on while the
-process gets no CPU time. Each variant's share of CPU per wall second is steady on a
-quiet machine (about 1 for one thread, more for a backend with a thread pool), so a
-round whose share falls well below that variant's usual share was disturbed, whatever
-the backend's own speed. Such rounds are retaken rather than counted: one disturbed
-round out of a few would otherwise decide a verdict.
+The direct sign is the time this process's threads spent runnable but not running
+(:mod:`aitune_core.profiling.runqueue`): about nothing in a quiet round, a large part of
+the round when a neighbour held a core. A round is disturbed when a variant waited
+``WAIT_MARGIN`` of its wall time more than it usually does ("usually": a low quantile of
+its own rounds, so that a load that never leaves flags nothing).
 
-"Usual" is a high quantile of the variant's own rounds, not its maximum, so that one
+Where that is unknown, the CPU share stands in: a round in which this process was
+preempted shows it too, its wall time running on while the process gets no CPU time,
+though less clearly with a thread pool whose other threads spin through it. Each
+variant's share of CPU per wall second is steady on a quiet machine (about 1 for one
+thread, more for a backend with a thread pool), so a round whose share falls well
+below that variant's usual share was disturbed, whatever the backend's own speed.
+
+Disturbed rounds are retaken rather than counted: one of them out of a few would
+otherwise decide a verdict.
+
+For the share, "usual" is a high quantile of the variant's own rounds, not its maximum, so that one
 round with an unusual burst of helper-thread CPU does not make every other round look
 disturbed; and if the neighbours never leave, the usual share is the loaded one, and
 nothing is flagged: there is no quiet round to wait for, and the pairing of rounds is
@@ -26,27 +35,57 @@ from collections.abc import Mapping
 
 USUAL_QUANTILE = 0.75
 """Which of a variant's CPU shares counts as its usual one (its 75th percentile)."""
+QUIET_QUANTILE = 0.25
+"""Which of a variant's run-queue waits counts as its usual one (its 25th percentile)."""
+WAIT_MARGIN = 0.1
+"""A round is disturbed when a variant waited this share of its wall time more than usual.
+Quiet rounds of resnet18 at two threads waited 0 (median) and at most 0.08; slowed ones 0.57."""
 MIN_ROUNDS = 3
 """A variant needs this many rounds before any of them can be called disturbed."""
 
 
-def disturbed_rounds(shares: Mapping[str, Mapping[int, float | None]], threshold: float) -> dict[int, float]:
-    """Round index -> how far its worst variant fell below its usual CPU share (1.0: not at all).
+def disturbed_rounds(
+    shares: Mapping[str, Mapping[int, float | None]],
+    threshold: float,
+    waits: Mapping[str, Mapping[int, float | None]] | None = None,
+) -> dict[int, float]:
+    """Round index -> how disturbed its worst variant was (above 1.0; higher is worse).
 
     shares: per variant, each round's CPU seconds per wall second (None: unknown).
-    threshold: a round is disturbed when a variant's share is below ``threshold`` times
-        its usual share; only those rounds are returned, the most disturbed highest.
+    threshold: without waits, a round is disturbed when a variant's share is below
+        ``threshold`` times its usual share.
+    waits: per variant, each round's run-queue seconds per wall second (None: unknown);
+        a variant with enough known waits is judged on them instead of its shares.
     """
     found: dict[int, float] = {}
-    for by_round in shares.values():
-        known = {index: share for index, share in by_round.items() if share is not None}
-        if len(known) < MIN_ROUNDS:
-            continue
-        ordered = sorted(known.values())
-        usual = ordered[min(len(ordered) - 1, int(USUAL_QUANTILE * len(ordered)))]
-        if usual <= 0:
-            continue
-        for index, share in known.items():
-            if share < threshold * usual:
-                found[index] = max(found.get(index, 1.0), usual / share if share > 0 else float("inf"))
+    for name, by_round in shares.items():
+        waited = _known((waits or {}).get(name, {}))
+        if len(waited) >= MIN_ROUNDS:
+            _by_waits(waited, found)
+        else:
+            _by_shares(_known(by_round), threshold, found)
     return found
+
+
+def _known(values: Mapping[int, float | None]) -> dict[int, float]:
+    return {index: value for index, value in values.items() if value is not None}
+
+
+def _by_waits(waited: dict[int, float], found: dict[int, float]) -> None:
+    ordered = sorted(waited.values())
+    usual = ordered[int(QUIET_QUANTILE * (len(ordered) - 1))]
+    for index, wait in waited.items():
+        if wait > usual + WAIT_MARGIN:
+            found[index] = max(found.get(index, 1.0), (1.0 + wait) / (1.0 + usual))
+
+
+def _by_shares(known: dict[int, float], threshold: float, found: dict[int, float]) -> None:
+    if len(known) < MIN_ROUNDS:
+        return
+    ordered = sorted(known.values())
+    usual = ordered[min(len(ordered) - 1, int(USUAL_QUANTILE * len(ordered)))]
+    if usual <= 0:
+        return
+    for index, share in known.items():
+        if share < threshold * usual:
+            found[index] = max(found.get(index, 1.0), usual / share if share > 0 else float("inf"))

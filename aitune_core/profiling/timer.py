@@ -20,6 +20,7 @@ import torch
 
 from aitune_core.profiling.bursts import Bursts, BurstSchedule
 from aitune_core.profiling.idle import wait_until_idle
+from aitune_core.profiling.runqueue import runqueue_wait_s
 from aitune_core.validation.inputs import CallInputs
 
 EAGER = "eager"
@@ -31,15 +32,18 @@ Latency = float | Callable[[int], float]
 
 @attrs.frozen
 class TimedRound:
-    """One variant's part of a round: each call's seconds, and the CPU time the process got meanwhile.
+    """One variant's part of a round: each call's seconds, and what the process got of the CPU meanwhile.
 
     ``cpu_s`` against the summed latencies tells a round in which this process was
     preempted (wall time running on without CPU time) from one in which the backend was
-    slow; None where it cannot be known (device time, or a timer that does not say).
+    slow; ``waited_s`` (its threads' time runnable but not running) tells it also where
+    a thread pool spins through the preemption of one of its threads. Either is None
+    where it cannot be known (device time, another OS, a timer that does not say).
     """
 
     latencies: list[float]
     cpu_s: float | None = None
+    waited_s: float | None = None
 
     @property
     def cpu_share(self) -> float | None:
@@ -48,6 +52,14 @@ class TimedRound:
         if self.cpu_s is None or wall <= 0:
             return None
         return self.cpu_s / wall
+
+    @property
+    def wait_share(self) -> float | None:
+        """Seconds the process's threads waited for a CPU per wall second; None when unknown."""
+        wall = sum(self.latencies)
+        if self.waited_s is None or wall <= 0:
+            return None
+        return self.waited_s / wall
 
 
 class Timer(abc.ABC):
@@ -105,16 +117,23 @@ class WallClock(Timer):
         if on_cuda(call):
             return _device_round(fn, call, calls)
         latencies: list[float] = []
-        cpu = 0.0
+        cpu = waited = 0.0
+        known = True
         with torch.no_grad():
             for _ in range(calls):
                 args, kwargs = call.bound()
+                before = runqueue_wait_s()
                 used = time.process_time()
                 tick = time.perf_counter()
                 fn(*args, **kwargs)
                 latencies.append(time.perf_counter() - tick)
                 cpu += time.process_time() - used
-        return TimedRound(latencies, cpu)
+                after = runqueue_wait_s()
+                if before is None or after is None:
+                    known = False
+                else:
+                    waited += max(0.0, after - before)
+        return TimedRound(latencies, cpu, waited if known else None)
 
 
 def _device_round(fn: Callable[..., Any], call: CallInputs, calls: int) -> TimedRound:
@@ -153,7 +172,7 @@ class ScriptedTimer(Timer):
         longer (a GC pause, a preempted thread).
     load: scripted neighbours (:class:`~aitune_core.profiling.bursts.Bursts`): calls are
         laid on a virtual clock, and those that start while the neighbours are busy are
-        slowed; the CPU time reported shows it when the bursts are ``visible``.
+        slowed; the CPU time and run-queue wait reported show it when the bursts are ``visible``.
     cold: extra seconds of the first calls of a variant after another one ran (its
         weights read back into the caches): ``(2e-3, 1e-3)`` adds 2 ms to the first call
         and 1 ms to the second. Untimed calls (:meth:`warm`) count among them.
@@ -216,7 +235,7 @@ class ScriptedTimer(Timer):
         base = self.latency(name, batch_size)
         self.timed[name] = self.timed.get(name, 0) + calls
         values = []
-        cpu = 0.0
+        cpu = waited = 0.0
         for _ in range(calls):
             value = base * max(0.1, 1.0 + self.noise * self._random.gauss(0.0, 1.0)) if self.noise else base
             value += self._cold_extra(name)
@@ -232,8 +251,9 @@ class ScriptedTimer(Timer):
                     own = value
             self.clock += value
             cpu += own
+            waited += value - own
             values.append(value)
-        return TimedRound(values, cpu)
+        return TimedRound(values, cpu, waited)
 
 
 def on_cuda(call: CallInputs) -> bool:
