@@ -29,8 +29,14 @@ def _load_plugins() -> None:
     current_registry()
 
 
+def _refit_in_background(module: Any) -> None:
+    """Start a background refit of a wrapped module (``config.on_weight_change = "refit"``), loading refits first."""
+    importlib.import_module("aitune_core.refitting.background").request(module)
+
+
 _extensions = importlib.import_module("aitune_core.extensions")
 _extensions.set_loader(_load_plugins)
+_extensions.set_refitter(_refit_in_background)
 
 _EXPORTS: dict[str, str] = {
     "AccuracyBudget": "aitune_core.accuracy",
@@ -64,6 +70,11 @@ _EXPORTS: dict[str, str] = {
     "Module": "aitune_core.module",
     "ModuleState": "aitune_core.module",
     "UnsupportedCallError": "aitune_core.module",
+    "StaleWeightsError": "aitune_core.module.new_weights",
+    "RefitReport": "aitune_core.refitting",
+    "refit": "aitune_core.refitting",
+    "wait_for_refit": "aitune_core.refitting",
+    "RefitError": "aitune_core.backends.base",
     "InspectReport": "aitune_core.inspection",
     "inspect": "aitune_core.inspection",
     "hookimpl": "aitune_core.plugins",
@@ -126,8 +137,11 @@ __all__ = [
     "ModuleState",
     "OneBackendStrategy",
     "ProfileConfig",
+    "RefitError",
+    "RefitReport",
     "Sample",
     "SampleMetadata",
+    "StaleWeightsError",
     "TensorSpec",
     "Tolerance",
     "Tolerances",
@@ -146,10 +160,12 @@ __all__ = [
     "load",
     "metrics",
     "plugins",
+    "refit",
     "register_container",
     "save",
     "tune",
     "unwrap",
+    "wait_for_refit",
     "wrap",
 ]
 
@@ -186,6 +202,7 @@ if TYPE_CHECKING:
         TorchEagerBackend,
         TorchEagerBackendConfig,
     )
+    from aitune_core.backends.base import RefitError
     from aitune_core.checkpoint.load import load
     from aitune_core.checkpoint.save import save
     from aitune_core.config import config
@@ -195,8 +212,10 @@ if TYPE_CHECKING:
     from aitune_core.inspection import InspectReport, inspect
     from aitune_core.metadata import InfoLevel, Locator, SampleMetadata, TensorSpec, register_container
     from aitune_core.module import Module, ModuleState, UnsupportedCallError
+    from aitune_core.module.new_weights import StaleWeightsError
     from aitune_core.plugins import hookimpl
     from aitune_core.profiling import ProfileConfig
+    from aitune_core.refitting import RefitReport, refit, wait_for_refit
     from aitune_core.reporting import TuneReport
     from aitune_core.strategies import (
         FirstWinsStrategy,

@@ -6,7 +6,7 @@ made it rather than deep inside a tuning run.
 Every ``AITUNE_*`` variable is read here (:func:`env_text`, :func:`env_flag`), so each
 is parsed one way and a wrong value is refused with its name: ``AITUNE_CACHE_DIR``,
 ``AITUNE_SPOT_CHECK_EVERY``, ``AITUNE_EXECUTOR``, ``AITUNE_ALLOW_LOSSY``, ``AITUNE_STORE``, ``AITUNE_CACHE_MAX_MB``,
-``AITUNE_STORE_MAX_MB`` and ``AITUNE_PARALLEL_BUILDS`` (defaults of the settings below),
+``AITUNE_STORE_MAX_MB``, ``AITUNE_PARALLEL_BUILDS`` and ``AITUNE_ON_WEIGHT_CHANGE`` (defaults of the settings below),
 ``AITUNE_MAX_BATCH_SIZE`` (``data``), ``AITUNE_LOG_LEVEL`` and ``AITUNE_LOG_FORMAT``
 (``log``), ``AITUNE_PLUGINS``, ``AITUNE_DISABLED_PLUGINS`` and ``AITUNE_STRICT_PLUGINS``
 (``plugins.loader``), and the ``aitune-jit`` distribution's ``AITUNE_JIT_<OPTION>``
@@ -111,6 +111,10 @@ def _default_spot_check_every() -> int:
 def _optional_non_negative_int(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None:
         _non_negative_int(_instance, attribute, value)
+
+
+def _env_weight_change() -> str:
+    return env_text("AITUNE_ON_WEIGHT_CHANGE").lower() or "refit"
 
 
 def _default_store() -> bool:
@@ -277,6 +281,7 @@ class Config:
     store_max_mb: deprecated, kept for compatibility: a cap in MiB on the store alone, within
         ``cache_max_mb`` (``AITUNE_STORE_MAX_MB``). None (the default): the store shares
         ``cache_max_mb`` with the rest of the cache.
+    on_weight_change: new weights are ``"refit"``, ``"eager"`` or ``"raise"`` (AITUNE_ON_WEIGHT_CHANGE; docs/refit.md).
     """
 
     strict_mode: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
@@ -304,6 +309,7 @@ class Config:
     store: bool = attrs.field(factory=_default_store, validator=_boolean)
     cache_max_mb: int = attrs.field(factory=_default_cache_max_mb, validator=_positive_int)
     store_max_mb: int | None = attrs.field(factory=_default_store_max_mb, validator=_optional_positive_int)
+    on_weight_change: str = attrs.field(factory=_env_weight_change, validator=_one_of("refit", "eager", "raise"))
 
     def reset(self) -> None:
         """Restore every setting to its default (tests and notebooks use this)."""

@@ -11,6 +11,10 @@ converts, with no entry point read. The entry points that need plugins call
 :func:`ensure_plugins` first: ``Module()`` (its graph keys include the plugins' parts),
 ``tune()``, ``load()``, the JIT, the CLI and a candidate's worker process. It runs the
 loader that the ``aitune_core`` package set (:func:`set_loader`) once.
+
+The package sets one more function the same way: the refitter (:func:`set_refitter`),
+which a tuned module whose weights changed calls to refit its routes in the background
+(:mod:`aitune_core.refitting`, far above the module layer).
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ class Slots:
     """The backends plugins propose for a device (``plugins.records.Candidate``)."""
     executor_classes: Callable[[], dict[str, type]] = dict
     """Executor classes registered by plugins, by name."""
+    target_classes: Callable[[], dict[str, type]] = dict
+    """Deploy target classes registered by plugins (the core's own included), by name."""
     backend_class: Callable[[str], type] = _unknown
     """The backend class registered under a name; raises :class:`UnknownBackendError`."""
     backend_origin: Callable[[str], tuple[str, str] | None] = lambda name: None
@@ -97,3 +103,18 @@ def set_loader(loader: Callable[[], None]) -> None:
     """What loads and installs the plugins on first use: set once, by the ``aitune_core`` package."""
     global _loader
     _loader = loader
+
+
+_refitter: Callable[[Any], None] | None = None
+
+
+def set_refitter(refitter: Callable[[Any], None]) -> None:
+    """What starts a background refit of a wrapped module (:mod:`aitune_core.refitting`): set once, by the package."""
+    global _refitter
+    _refitter = refitter
+
+
+def request_refit(module: Any) -> None:
+    """Ask for ``module``'s routes to be refitted in the background; a wrapper whose weights changed calls it."""
+    if _refitter is not None:
+        _refitter(module)

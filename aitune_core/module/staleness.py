@@ -7,34 +7,43 @@ a call whose inputs require grad they would answer for a module that no longer e
 so such calls go to the original module, with one warning per wrapper and kind of
 change. Backends that run the live module (:attr:`Route.follows_weights
 <aitune_core.module.router.Route>`) keep serving through weight changes; mode and grad
-changes go to eager for every backend.
+changes go to eager for every backend. What happens next after new weights is
+``config.on_weight_change``'s choice (:mod:`aitune_core.module.new_weights`): by default
+the routes are refitted in the background and serve again once validated.
 
 What is seen when, for a module in the TUNED state:
 
 * every routed call, O(1): the wrapped module's own ``training`` flag; whether grad
   mode is on and, only then, whether an input requires grad (in the router); and an
   alarm flag that these raise: ``load_state_dict`` on the wrapper, a parent or any
-  submodule present at tuning (post hooks), ``.to()``/``.half()``/``.cuda()`` through
+  submodule present at tuning (post hooks), a step of any ``torch.optim`` optimizer
+  holding one of its parameters (torch's global step hook,
+  :mod:`aitune_core.module.optimizer_steps`), ``.to()``/``.half()``/``.cuda()`` through
   the wrapper or a parent (``_apply``), ``train()``/``eval()`` through the wrapper,
   assigning a parameter, buffer or submodule through the wrapper, and a tuning session
   opening anywhere in the process;
 * on the first call after a hook fired, and on every :data:`CHECK_EVERY`-th call
   otherwise, O(parameters + buffers + submodules), about 0.3 us per tensor: every
   submodule's ``training`` flag, which parameter, buffer and submodule objects each
-  submodule holds, and every tensor's version counter and storage address. This is what
-  catches in-place writes made without a hook (an optimizer step, ``weight.mul_(2)``
-  under ``no_grad``), ``.to()`` called on the wrapped module or a submodule directly,
-  and submodules added or replaced there; until then at most ``CHECK_EVERY - 1`` calls
-  are served by the old backends;
+  submodule holds, and every tensor's version counter and storage address. So an
+  optimizer step is seen by the first call that starts after it returns. Other
+  in-place writes made without a hook (``weight.mul_(2)`` under ``no_grad``, an
+  optimizer that is not a ``torch.optim.Optimizer``), ``.to()`` called on the wrapped
+  module or a submodule directly, and submodules added or replaced there are seen by
+  the periodic check: until then at most ``CHECK_EVERY - 1`` calls are served by the
+  old backends. A call made from another thread while a step is writing may still be
+  answered by them: the step hook fires once the step has returned;
 * never: writes through ``.data`` (``weight.data.copy_(new)``), which move neither
   the version counter nor the storage; in-place writes to inference tensors, which
   have no version counter; and writes that a kernel makes without moving the counter
   (BatchNorm's running statistics in training mode: such calls are seen by the mode
   check, and ``num_batches_tracked``, which does move, marks the weights changed after
-  ``.eval()``). Re-run ``tune`` (or load a checkpoint) after such edits.
+  ``.eval()``). Call ``aitune_core.refit(model)`` (or re-run ``tune``, or load a
+  checkpoint) after such edits.
 
 Mode and grad changes end when they are undone (``.eval()`` again, inputs without
-grad): the calls after that are routed again. Weight changes last until the module is
+grad): the calls after that are routed again. Weight changes last until the routes are
+refitted (:meth:`Watch.reset` with the weights they were refitted for), the module is
 tuned again or a checkpoint is loaded into it.
 """
 
@@ -50,13 +59,17 @@ import torch
 from torch import nn
 
 from aitune_core.guard.snapshot import storage_of, version_of
+from aitune_core.module.optimizer_steps import follow_optimizer_steps
 
 CHECK_EVERY = 64
 """Routed calls between two full checks when no hook has fired."""
 
 _MAX_NAMED = 4
 
-WEIGHTS_HINT = "re-run aitune_core.tune, or load a checkpoint, to tune for the new weights"
+WEIGHTS_HINT = (
+    "call aitune_core.refit(model) to take them into the tuned backends, or re-run aitune_core.tune, or load a "
+    "checkpoint, to tune for the new weights"
+)
 MODE_HINT = "call .eval() on the module to route to the tuned backends again, or tune the module in this mode"
 GRAD_HINT = (
     "call it under torch.no_grad() or torch.inference_mode(), or pass inputs that do not require grad, "
@@ -116,7 +129,7 @@ class _Touch:
         return (_Touch, (None,))
 
 
-class _Baseline:
+class Baseline:
     """The module as its routes were built for it: objects, versions, storage and modes.
 
     Checking against it is what the periodic check costs (about 0.3 us per tensor), so it
@@ -153,6 +166,7 @@ class _Baseline:
         self.pointed = [t for _, t in pointed]
         self.versions = list(map(_VERSION, self.versioned))
         self.pointers = list(map(_DATA_PTR, self.pointed))
+        self.tensor_ids = frozenset(tensors)
 
     def _ids(self) -> list[int]:
         return [id(value) for holder in self.filled for value in holder.values()]
@@ -221,6 +235,7 @@ class Watch:
         "_weights",
         "alarm",
         "dirty",
+        "generation",
         "inner",
         "tick",
         "training",
@@ -234,7 +249,9 @@ class Watch:
         self.dirty = False
         self.tick: Iterator[bool] = _ticks()
         self.warned: set[str] = set()
-        self._baseline: _Baseline | None = None
+        self._baseline: Baseline | None = None
+        self.generation = 0
+        """Counts :meth:`reset` calls: which routes, and which weights, the watch was last set for."""
         self._weights: Change | None = None
         self._modes: Change | None = None
         self._hooked: weakref.WeakSet[nn.Module] = weakref.WeakSet()
@@ -248,20 +265,53 @@ class Watch:
         self.dirty = True
         self.alarm = True
 
-    def reset(self) -> None:
-        """Take the module as it is now as what the routes were built for."""
-        self._baseline = _Baseline(self.inner)
-        self.training = self.inner.training
+    def snapshot(self) -> Baseline:
+        """The module as it is now: what a refit starts from, compared afterwards, then given to :meth:`reset`."""
+        return Baseline(self.inner)
+
+    def reset(self, baseline: Baseline | None = None) -> None:
+        """Take the module as it is now (or as ``baseline`` found it) as what the routes were built for.
+
+        With ``baseline``, taken before the routes were refitted, the first call after this
+        checks everything against it, so that a change made since is not missed.
+        """
+        self._baseline = baseline if baseline is not None else Baseline(self.inner)
+        self.training = self._baseline.modes[0]  # the root's flag: named_modules() yields it first
         self._weights = None
         self._modes = None
         self.warned = set()
         self.tick = _ticks()
-        self.dirty = False
+        self.dirty = baseline is not None
         self.alarm = True
+        self.generation += 1
         for module in self._baseline.modules:
             if module not in self._hooked:
                 module.register_load_state_dict_post_hook(_Touch(self))
                 self._hooked.add(module)
+        follow_optimizer_steps(self, self._baseline.tensor_ids)
+
+    def hold(self, change: Change) -> None:
+        """Route no call to backends that hold their own weights until :meth:`reset` or :meth:`release`."""
+        self._weights = change
+        self.alarm = True
+
+    def release(self) -> None:
+        """End a :meth:`hold` without new routes: the next call looks at the module again."""
+        self._weights = None
+        self.touch()
+
+    def weight_change(self) -> Change | None:
+        """What changed in the weights since the routes were built for them, looked at now (a full check)."""
+        return self._baseline.weight_change() if self._baseline is not None else None
+
+    def mode_change(self) -> Change | None:
+        """Whether the module is in another mode than the routes were built in, now."""
+        baseline = self._baseline
+        if baseline is None:
+            return None
+        if self.inner.training != self.training:
+            return _mode_change(f"the module is in {'training' if self.inner.training else 'eval'} mode")
+        return baseline.mode_change()
 
     def check(self, walk: bool) -> Change | None:
         """Why calls should not be routed now, if anything; ``walk``: a full check is due.
@@ -281,7 +331,9 @@ class Watch:
         if self.dirty or walk:
             self.dirty = False
             if self._weights is None:
-                self._weights = baseline.weight_change()
+                found = baseline.weight_change()
+                if self._baseline is baseline:  # not reset meanwhile (a refit installing its routes)
+                    self._weights = found
             self._modes = baseline.mode_change()
         elif self._modes is not None:
             self._modes = baseline.mode_change()

@@ -40,12 +40,13 @@ from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.log import get_logger
 from aitune_core.module.lane import single_tensor_lane
+from aitune_core.module.new_weights import respond
 from aitune_core.module.recorder import GraphRecord, GraphRecorder
 from aitune_core.module.registry import ModuleRegistry
 from aitune_core.module.router import RUN_EAGERLY, Route, UnseenCalls
 from aitune_core.module.session import current_session, open_session, sessions_open
 from aitune_core.module.spot_check import SpotChecks, spot_checked
-from aitune_core.module.staleness import GRAD_CHANGE, Change, Watch
+from aitune_core.module.staleness import GRAD_CHANGE, Baseline, Change, Watch
 
 
 class ModuleState(enum.Enum):
@@ -323,6 +324,8 @@ class Module(nn.Module):
                 f"aitune module `{self.name}`: {change.detail}, so the call needs the original module, and "
                 f"{released}; {change.hint}"
             )
+        if change.kind == Change.WEIGHTS:
+            change = respond(self, change)  # config.on_weight_change: refit in the background, raise, or just this
         watch = self._watch
         if change.kind not in watch.warned:
             watch.warned.add(change.kind)
@@ -347,10 +350,10 @@ class Module(nn.Module):
         return self._inner(*args, **kwargs)
 
     # ------------------------------------------------------------------ lifecycle
-    def set_routes(self, routes: dict[Hashable, Route]) -> None:
+    def set_routes(self, routes: dict[Hashable, Route], baseline: Baseline | None = None) -> None:
         """Install tuned routes (graph key -> route) and start routing calls.
 
-        The module as it is now is what the routes are taken to be built for, and every
+        The module as it is now (or as ``baseline`` found it: a refit's) is what the routes are built for, and every
         tuning run's claim ends. After :meth:`drop_routes` the backends of the routes
         replaced are released; otherwise (a checkpoint loaded into the wrapper) they are
         left as they are, so that a failed load can put them back still running.
@@ -362,7 +365,7 @@ class Module(nn.Module):
             route.refresh()
         self._claims.clear()
         self.__dict__["_suspended_by"] = None
-        self._watch.reset()
+        self._watch.reset(baseline)
         self.__dict__["_state"] = ModuleState.TUNED
         kept = {id(backend) for route in routes.values() for backend in route.backends}
         self._release_backends(replaced.values(), keep=kept)
