@@ -51,6 +51,9 @@ _EXPORTS: dict[str, str] = {
     "TorchEagerBackend": "aitune_core.backends",
     "TorchEagerBackendConfig": "aitune_core.backends",
     "CheckpointError": "aitune_core.errors",
+    "DeployError": "aitune_core.deploy.target",
+    "ExportSummary": "aitune_core.deploy.export",
+    "export": "aitune_core.deploy.export",
     "load": "aitune_core.checkpoint.load",
     "save": "aitune_core.checkpoint.save",
     "config": "aitune_core.config",
@@ -121,7 +124,9 @@ __all__ = [
     "BuildContext",
     "CheckpointError",
     "DeclarationError",
+    "DeployError",
     "DynamicDim",
+    "ExportSummary",
     "FirstWinsStrategy",
     "ForwardSignature",
     "GraphSpec",
@@ -154,6 +159,7 @@ __all__ = [
     "WrapError",
     "__version__",
     "config",
+    "export",
     "global_context",
     "hookimpl",
     "inspect",
@@ -207,6 +213,8 @@ if TYPE_CHECKING:
     from aitune_core.checkpoint.save import save
     from aitune_core.config import config
     from aitune_core.context import BATCH_SIZE_KEY, global_context
+    from aitune_core.deploy.export import ExportSummary, export
+    from aitune_core.deploy.target import DeployError
     from aitune_core.errors import CheckpointError
     from aitune_core.graphs import BatchDim, DeclarationError, DynamicDim, ForwardSignature, GraphSpec, Sample
     from aitune_core.inspection import InspectReport, inspect

@@ -20,6 +20,10 @@ import torch
 from aitune_core._version import __version__
 from aitune_core.checkpoint.inspect import describe_checkpoint
 from aitune_core.demo.models import DEMO_MODELS
+from aitune_core.deploy.export import export, target_class
+from aitune_core.deploy.options import options_from_text
+from aitune_core.deploy.plan import RANGE_POLICIES
+from aitune_core.deploy.target import DeployError
 from aitune_core.errors import CheckpointError
 from aitune_core.inspection import inspect as inspect_workload
 from aitune_core.inspection.workload import WorkloadError, load_workload
@@ -53,7 +57,7 @@ def add_plugins_command(subparsers: Subparsers) -> None:
 def run_plugins(args: argparse.Namespace) -> int:
     """List every plugin found in the 'aitune.plugins' entry-point group: its distribution, version,
     status (loaded, failed, unavailable on this machine, or disabled) with the reason, and the
-    backends it registers. Broken plugins are listed, never fatal; with AITUNE_STRICT_PLUGINS=1
+    backends and deploy targets it registers. Broken plugins are listed, never fatal; with AITUNE_STRICT_PLUGINS=1
     the exit status is 1 when one failed. With --candidates, also the default candidate backends
     the plugins offer for a device, and why those that cannot run there cannot.
     """
@@ -77,9 +81,13 @@ def run_plugins(args: argparse.Namespace) -> int:
     else:
         from tabulate import tabulate
 
-        rows = [[r.name, r.distribution, r.version, r.status.value, r.reason, ", ".join(r.backends)] for r in records]
-        headers = ["Name", "Distribution", "Version", "Status", "Reason", "Backends"]
-        print(tabulate(rows, headers=headers, tablefmt="simple", maxcolwidths=[None, None, None, None, 60, 40]))
+        rows = [
+            [r.name, r.distribution, r.version, r.status.value, r.reason, ", ".join(r.backends), ", ".join(r.targets)]
+            for r in records
+        ]
+        headers = ["Name", "Distribution", "Version", "Status", "Reason", "Backends", "Targets"]
+        widths = [None, None, None, None, 60, 40, 20]
+        print(tabulate(rows, headers=headers, tablefmt="simple", maxcolwidths=widths))
         if candidates is not None:
             print(f"\nDefault candidates for {device}, in the order strategies try them:")
             rows = [
@@ -165,6 +173,43 @@ def run_inspect(args: argparse.Namespace) -> int:
     except Exception as error:  # a malformed manifest is reported, never a traceback
         print(f"aitune inspect: {args.checkpoint} is not a readable aitune checkpoint: {error}", file=sys.stderr)
         return 1
+    return 0
+
+
+# --------------------------------------------------------------------------- aitune export
+def add_export_command(subparsers: Subparsers) -> None:
+    summary = "write a checkpoint as a server's model repository (Triton, or a plugin's target)"
+    parser = add_command(subparsers, "export", run_export, summary)
+    parser.add_argument("checkpoint", help="a checkpoint folder or archive written by aitune_core.save")
+    parser.add_argument("path", help="the repository folder to write the models into")
+    parser.add_argument("--to", required=True, metavar="TARGET", help="the deploy target, e.g. triton")
+    parser.add_argument(
+        "--ranges",
+        choices=RANGE_POLICIES,
+        default="widest",
+        help="a graph whose batch ranges went to several backends: one model by the widest route, or one each",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace models of the same names in PATH")
+    parser.add_argument(
+        "-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="a target option, e.g. instances=2"
+    )
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Write each tuned graph of a checkpoint as a model of the target's repository: its standalone artifact
+    (ONNX model, OpenVINO IR, AOT Inductor package, TensorRT plan) and the server's configuration, with the
+    batch sizes where that artifact won. A graph with no standalone artifact (served eagerly or by a JIT
+    compiler) is refused, with its fix, and nothing is written. Prints what each model serves.
+    """
+    try:
+        options = options_from_text(target_class(args.to).options_class, args.option)
+        summary = export(
+            args.checkpoint, args.to, args.path, ranges=args.ranges, overwrite=args.overwrite, options=options
+        )
+    except (DeployError, CheckpointError, ValueError, TypeError) as error:
+        print(f"aitune export: {' '.join(str(error).split())}", file=sys.stderr)
+        return 1
+    print(summary)
     return 0
 
 
@@ -319,6 +364,7 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
     add_plugins_check_command,
     add_inspect_command,
     add_inspect_model_command,
+    add_export_command,
     add_new_plugin_command,
     add_cache_command,
 ]

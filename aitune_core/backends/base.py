@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import attrs
 import torch
@@ -26,6 +26,9 @@ from aitune_core.extensions import slots
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.serialization import converter, stable_hash, structure_config
+
+if TYPE_CHECKING:
+    from aitune_core.backends.deployable import Deployable
 
 B = TypeVar("B", bound="Backend")
 
@@ -87,6 +90,13 @@ class BuildContext:
 
 class RefitError(RuntimeError):
     """A backend could not take the module's new weights in place; the caller rebuilds it or serves eager."""
+
+
+@attrs.frozen
+class NoDeployable:
+    """Why a backend has no standalone artifact for :meth:`Backend.deployable`: it serves from Python."""
+
+    reason: str
 
 
 class Backend(abc.ABC):
@@ -244,6 +254,11 @@ class Backend(abc.ABC):
         refuses a model built another way while the model is still untouched. Most
         backends hold nothing of the kind and accept any module.
         """
+
+    def deployable(self, graph: GraphSpec) -> Deployable | NoDeployable:
+        """The standalone artifact serving ``graph``, for deploy targets (:mod:`aitune_core.backends.deployable`)."""
+        kind = "serves from the module's own Python code" if self.is_jit else "has no standalone file"
+        return NoDeployable(f"{self.describe()} {kind}")
 
     # ------------------------------------------------------------------ lifecycle
     def _transition(self, step: str, action: Callable[[], None]) -> None:

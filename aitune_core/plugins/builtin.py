@@ -1,4 +1,4 @@
-"""The built-in plugin: the eager and partition backends, registered through the same hooks as any plugin.
+"""The built-in plugin: the eager and partition backends and the Triton target, registered as any plugin's are.
 
 Going through the public hooks keeps them honest: if they cannot express the core's
 own backends, they cannot express anyone else's. The partition is registered so that a
@@ -13,6 +13,8 @@ import torch
 
 from aitune_core.backends.base import Backend
 from aitune_core.backends.eager import TorchEagerBackend
+from aitune_core.deploy.target import DeployTarget
+from aitune_core.deploy.triton.target import TritonTarget
 from aitune_core.partition.backend import PartitionBackend
 from aitune_core.plugins.api import BASELINE_PRIORITY, PLUGIN_API_VERSION, hookimpl
 from aitune_core.plugins.records import Candidate
@@ -23,6 +25,11 @@ AITUNE_PLUGIN_API = PLUGIN_API_VERSION
 @hookimpl
 def aitune_register_backends() -> Sequence[type[Backend]]:
     return [TorchEagerBackend, PartitionBackend]
+
+
+@hookimpl
+def aitune_register_targets() -> Sequence[type[DeployTarget]]:
+    return [TritonTarget]
 
 
 @hookimpl

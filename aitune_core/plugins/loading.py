@@ -47,7 +47,7 @@ from aitune_core.plugins.containment import (
     implementations,
 )
 from aitune_core.plugins.loader import PluginSource, Selection, all_sources, strict_from_env
-from aitune_core.plugins.named import BACKENDS, KINDS, Claim, NamedClasses, conflicts
+from aitune_core.plugins.named import BACKENDS, KINDS, TARGETS, Claim, NamedClasses, conflicts
 from aitune_core.plugins.records import ContainerRegistrar, PluginError, PluginRecord, PluginStatus, Refused
 from aitune_core.serialization import make_converter
 
@@ -237,7 +237,8 @@ class _Loader:
                 reason = "; ".join(f"{name}: {availability.reason}" for name, availability in checks)
                 self.log.debug("plugin unavailable", **context(source), reason=reason)
         item.guarded.contained = True
-        return _record(source, status, reason, tuple(cls.name for cls in backends), item.api_version)
+        targets = tuple(cls.name for cls in item.classes[TARGETS.noun])  # type: ignore[attr-defined]
+        return _record(source, status, reason, tuple(cls.name for cls in backends), item.api_version, targets)
 
     def _fail(self, source: PluginSource, reason: str, api_version: int | None = None) -> PluginRecord:
         record = _record(source, PluginStatus.FAILED, reason, api_version=api_version)
@@ -324,6 +325,7 @@ def _record(
     reason: str = "",
     backends: tuple[str, ...] = (),
     api_version: int | None = None,
+    targets: tuple[str, ...] = (),
 ) -> PluginRecord:
     return PluginRecord(
         name=source.name,
@@ -334,6 +336,7 @@ def _record(
         backends=backends,
         builtin=source.builtin,
         api_version=api_version,
+        targets=targets,
     )
 
 

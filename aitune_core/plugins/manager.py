@@ -87,6 +87,7 @@ def _slots_of(registry: PluginRegistry) -> extensions.Slots:
         graph_key_parts=registry.graph_key_parts,
         default_candidates=registry.default_candidates,
         executor_classes=registry.executor_classes,
+        target_classes=registry.target_classes,
         backend_class=registry.backend_class,
         backend_origin=registry.backend_origin,
         choose_strategy=registry.choose_strategy,

@@ -1,4 +1,4 @@
-"""Classes plugins register by name, backends and executors alike, checked one way while plugins load.
+"""Classes plugins register by name, backends, executors and deploy targets alike, checked one way as plugins load.
 
 A name must mean one class whatever order plugins were found in, since checkpoints and
 settings store names. So one policy holds for every kind:
@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 
 from aitune_core.backends.base import Backend, BackendConfig
+from aitune_core.deploy.target import DeployTarget
 from aitune_core.executors.base import Executor
 from aitune_core.executors.registry import BUILTIN_EXECUTORS
 from aitune_core.names import NAME_RULE, is_valid_name
@@ -31,6 +32,12 @@ def _backend_problem(cls: type) -> str | None:
     config_class = getattr(cls, "config_class", None)
     if not (isinstance(config_class, type) and issubclass(config_class, BackendConfig) and attrs.has(config_class)):
         return f"{cls.__qualname__}.config_class must be an attrs subclass of BackendConfig"
+    return None
+
+
+def _target_problem(cls: type) -> str | None:
+    if not attrs.has(getattr(cls, "options_class", None)):  # type: ignore[arg-type]
+        return f"{cls.__qualname__}.options_class must be an attrs class (its fields are the target's options)"
     return None
 
 
@@ -89,7 +96,8 @@ class Kind:
 
 BACKENDS = Kind("backend", "aitune_register_backends", "my_backend", lambda: Backend, problem=_backend_problem)
 EXECUTORS = Kind("executor", "aitune_register_executors", "my_cluster", _executor_base, reserved=_core_executors)
-KINDS = (BACKENDS, EXECUTORS)
+TARGETS = Kind("target", "aitune_register_targets", "my_server", lambda: DeployTarget, problem=_target_problem)
+KINDS = (BACKENDS, EXECUTORS, TARGETS)
 
 
 @attrs.frozen

@@ -31,9 +31,9 @@ class PluginStatus(enum.Enum):
 class PluginRecord:
     """One plugin as ``aitune plugins`` shows it.
 
-    ``name`` is the entry-point name; ``backends`` are the names it registered (empty
-    unless the plugin loaded). ``reason`` says why a plugin failed, is unavailable or
-    is disabled.
+    ``name`` is the entry-point name; ``backends`` and ``targets`` (deploy targets) are the
+    names it registered (empty unless the plugin loaded). ``reason`` says why a plugin
+    failed, is unavailable or is disabled.
     """
 
     name: str
@@ -44,6 +44,7 @@ class PluginRecord:
     backends: tuple[str, ...] = ()
     builtin: bool = False
     api_version: int | None = None
+    targets: tuple[str, ...] = ()
 
     @property
     def active(self) -> bool:
@@ -60,6 +61,7 @@ class PluginRecord:
             "backends": list(self.backends),
             "builtin": self.builtin,
             "api_version": self.api_version,
+            "targets": list(self.targets),
         }
 
 

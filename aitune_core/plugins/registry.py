@@ -32,7 +32,7 @@ from aitune_core.plugins import hookspecs, loading, queries
 from aitune_core.plugins.api import PROJECT_NAME
 from aitune_core.plugins.containment import GuardedPlugin, attributed, describe_error, raised_at
 from aitune_core.plugins.loader import PluginSource, Selection, strict_from_env
-from aitune_core.plugins.named import BACKENDS, EXECUTORS, NamedClasses
+from aitune_core.plugins.named import BACKENDS, EXECUTORS, TARGETS, NamedClasses
 from aitune_core.plugins.records import Candidate, PluginHookError, PluginRecord, PluginStatus
 
 LIFECYCLE_HOOKS = ("aitune_before_step", "aitune_wrap_step", "aitune_after_step")
@@ -54,6 +54,7 @@ class PluginRegistry(pluggy.PluginManager):
         self._plugins: dict[str, GuardedPlugin] = {}  # active plugins by id, in load order
         self.backends = NamedClasses(BACKENDS)
         self.executors = NamedClasses(EXECUTORS)
+        self.targets = NamedClasses(TARGETS)
         self._containers: dict[type, ContainerType] = {}
         self._log = get_logger()
         self.strict = False
@@ -86,6 +87,7 @@ class PluginRegistry(pluggy.PluginManager):
         registry._plugins = loaded.plugins
         registry.backends = loaded.named[BACKENDS.noun]
         registry.executors = loaded.named[EXECUTORS.noun]
+        registry.targets = loaded.named[TARGETS.noun]
         registry._containers = loaded.containers
         registry.load_seconds = loaded.seconds
         registry._hooks_changed()
@@ -196,6 +198,10 @@ class PluginRegistry(pluggy.PluginManager):
     def executor_classes(self) -> dict[str, type]:
         """Executor classes plugins registered, by name (the core's own are not among them)."""
         return self.executors.classes()
+
+    def target_classes(self) -> dict[str, type]:
+        """Deploy target classes, by name: the core's Triton target and those plugins registered."""
+        return self.targets.classes()
 
     # ------------------------------------------------------------------ what the core asks plugins
     def default_candidates(self, device: torch.device | str) -> list[Candidate]:

@@ -60,7 +60,7 @@ def test_table_works_when_every_plugin_is_broken() -> None:
     result = run_cli(dists=["import_error", "register_error", "too_new", "unknown_hook", "duplicate"])
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["Name", "Distribution", "Version", "Status", "Reason", "Backends"]
+    assert lines[0].split() == ["Name", "Distribution", "Version", "Status", "Reason", "Backends", "Targets"]
     rows = [line.split() for line in lines[2:] if line.split() and not line.startswith(" ")]
     statuses = {row[0]: row[3] for row in rows if row[1] == "aitune-core" or row[1].startswith("aitune-fake-")}
     assert statuses == {
