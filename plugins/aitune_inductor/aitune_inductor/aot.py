@@ -10,6 +10,13 @@ it check strides: a package exported from contiguous inputs reads a non-contiguo
 input (a slice of a larger tensor) as if it were contiguous and returns wrong numbers
 without an error. Packages are therefore always exported from contiguous inputs, and
 calls get contiguous tensors (a no-op for the usual, contiguous, input).
+
+The package reads its weights from the module's own tensors wherever torch allows it
+(see :mod:`.aot_weights`): the model stays in memory once, and new weights are taken
+without compiling again (:meth:`TorchInductorAotBackend.refit`). Such a package holds
+no weights, so it serves only beside the module (a checkpoint stores the module's
+weights with it); a server running the file alone needs one compiled with
+``weights_in_package=True``.
 """
 
 from __future__ import annotations
@@ -23,7 +30,17 @@ from typing import Any, cast
 import attrs
 import torch
 
-from aitune_core.plugin_api import Availability, Backend, BackendConfig, BuildContext, data_dependent_reason
+from aitune_core.plugin_api import (
+    Availability,
+    Backend,
+    BackendConfig,
+    BuildContext,
+    RefitError,
+    data_dependent_reason,
+    get_logger,
+)
+from aitune_inductor import aot_weights
+from aitune_inductor.aot_weights import PackageWeights, ServedWeights
 from aitune_inductor.availability import inductor_availability
 from aitune_inductor.call_layout import CallLayout
 from aitune_inductor.calls import build_calls
@@ -45,12 +62,17 @@ class TorchInductorAotBackendConfig(BackendConfig):
     inductor_configs: Inductor options for the AOT compile (``torch._inductor.list_options()``);
         only those on :data:`aitune_inductor.config_checks.INDUCTOR_OPTION_RULES` unless the
         config is made with ``unsafe_options=True`` (never stored in checkpoints).
+    weights_in_package: compile the weights into the package, so that the file runs without
+        the module (a server loading it alone). It then holds a copy of the weights of its
+        own, one more model size in memory, and takes new ones by copying them in. By
+        default the package reads the module's tensors (see :mod:`aitune_inductor.aot_weights`).
     """
 
     strict: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     inductor_configs: dict[str, Any] | None = attrs.field(
         default=None, converter=options_dict, validator=[check_options, check_allowed_options]
     )
+    weights_in_package: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
 
 def _torch_too_old() -> str | None:
@@ -73,6 +95,8 @@ class TorchInductorAotBackend(Backend):
         self._package: Path | None = None
         self._layout: CallLayout | None = None
         self._model: Any = None
+        self._weights: PackageWeights | None = None
+        self._served = ServedWeights()
 
     @property
     def is_jit(self) -> bool:
@@ -98,8 +122,6 @@ class TorchInductorAotBackend(Backend):
         return data_dependent_reason(context, symbolic_sizes=True)
 
     def _build(self, context: BuildContext) -> None:
-        import torch._inductor
-
         config = cast(TorchInductorAotBackendConfig, self.config)
         calls = build_calls(context)
         started = time.perf_counter()
@@ -108,23 +130,30 @@ class TorchInductorAotBackend(Backend):
         except Exception:
             program, args, kwargs = self._export(context, calls[0][1])
         exported = time.perf_counter()
-        context.cache_dir.mkdir(parents=True, exist_ok=True)
-        # Compiled under a unique name and moved into place in one step, so a reader never
-        # sees half a package. Loaded packages live in memory: replacing the file is safe.
-        package = context.cache_dir / PACKAGE_FILE
-        building = context.cache_dir / f"building-{uuid.uuid4().hex}.pt2"
-        try:
-            torch._inductor.aoti_compile_and_package(
-                program, package_path=str(building), inductor_configs=dict(config.inductor_configs or {})
-            )
-            os.replace(building, package)
-        finally:
-            building.unlink(missing_ok=True)
+        used, others = aot_weights.graph_tensors(program)
+        weightless = not config.weights_in_package and others == 0 and aot_weights.can_read_module_weights()
+        options = aot_weights.compile_options(config.inductor_configs, weightless)
+        package = self._compile(program, context, options)
         compiled = time.perf_counter()
         self._package = package
         self._layout = CallLayout.of_call(context.signature, args, kwargs)
+        self._weights = None
         try:
             self._load()
+            try:
+                self._weights = self._read_weights(context, used, others, options)
+            except aot_weights.WeightlessMismatch as error:
+                if not weightless:
+                    raise
+                # The module lacks a constant the package reads: keep the weights inside it instead.
+                self.build_note = f"weights kept in the package: {error}"
+                options = {**options, **{key: True for key in aot_weights.WEIGHTLESS}}
+                self._release_model()
+                package = self._compile(program, context, options)
+                compiled = time.perf_counter()
+                self._load()
+                self._weights = self._read_weights(context, used, others, options)
+            self._serve_weights()
             for _, arguments in calls:
                 call_args, call_kwargs = context.signature.bind(arguments)
                 self._infer(*call_args, **call_kwargs)
@@ -137,7 +166,37 @@ class TorchInductorAotBackend(Backend):
             "package": str(package),
             "package_bytes": package.stat().st_size,
             "dims": describe_dims(context.graph_spec),
+            "weights": "in the package" if self._weights.in_package else "read from the module",
+            "refit": self._weights.refit_blocker or "yes",
         }
+
+    def _compile(self, program: Any, context: BuildContext, options: dict[str, Any]) -> Path:
+        import torch._inductor
+
+        context.cache_dir.mkdir(parents=True, exist_ok=True)
+        # Compiled under a unique name and moved into place in one step, so a reader never
+        # sees half a package. Loaded packages live in memory: replacing the file is safe.
+        package = context.cache_dir / PACKAGE_FILE
+        building = context.cache_dir / f"building-{uuid.uuid4().hex}.pt2"
+        try:
+            torch._inductor.aoti_compile_and_package(program, package_path=str(building), inductor_configs=options)
+            os.replace(building, package)
+        finally:
+            building.unlink(missing_ok=True)
+        return package
+
+    def _read_weights(
+        self, context: BuildContext, used: set[str], others: int, options: dict[str, Any]
+    ) -> PackageWeights:
+        in_package = options.get(next(iter(aot_weights.WEIGHTLESS)), True) is not False
+        fqns = self._model.get_constant_fqns()
+        weights = aot_weights.package_weights(
+            fqns, aot_weights.module_tensors(context.module), used, others, in_package
+        )
+        if weights.refit_blocker:
+            log = get_logger(module=context.module_name, graph=context.graph_spec.name)
+            log.info("package takes no new weights in place", backend=self.describe(), reason=weights.refit_blocker)
+        return weights
 
     def _export(self, context: BuildContext, example: dict[str, Any]) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
         config = cast(TorchInductorAotBackendConfig, self.config)
@@ -165,13 +224,38 @@ class TorchInductorAotBackend(Backend):
         scratch = self.context.cache_dir if self.context is not None else None
         self._release_model()  # a reload unpacks afresh; the previous copy goes now
         self._model = load_package(self._package, index, scratch)
+        if self._weights is not None:
+            try:
+                self._serve_weights()
+            except BaseException:
+                self._release_model()
+                raise
+
+    def _serve_weights(self) -> None:
+        """Point a package compiled without weights at the module's tensors."""
+        weights = self._weights
+        if weights is None or weights.in_package:
+            return
+        if self.context is None:
+            raise RuntimeError(
+                f"{self.describe()} reads its weights from the module: activate or deploy it with the BuildContext "
+                "of the model it serves"
+            )
+        self._served.bind(self._model, self._checked_tensors(self.context.module))
+
+    def _checked_tensors(self, module: torch.nn.Module) -> dict[str, torch.Tensor]:
+        assert self._weights is not None and self.context is not None
+        return aot_weights.checked_tensors(module, self._weights, self.context.device)
 
     # ------------------------------------------------------------------ persistence
     def _artifacts(self) -> dict[str, Path]:
         return {PACKAGE_ARTIFACT: self._package} if self._package is not None else {}
 
     def _extra_state(self) -> dict[str, Any]:
-        return {"layout": self._layout.to_dict()} if self._layout is not None else {}
+        extra: dict[str, Any] = {"layout": self._layout.to_dict()} if self._layout is not None else {}
+        if self._weights is not None:
+            extra["weights"] = self._weights.to_dict()
+        return extra
 
     def native_artifacts(self) -> frozenset[str]:
         """The package holds a shared library whose constructors run as soon as it is loaded."""
@@ -183,6 +267,36 @@ class TorchInductorAotBackend(Backend):
         self._package = Path(artifacts[PACKAGE_ARTIFACT])
         layout = extra.get("layout")
         self._layout = CallLayout.from_dict(layout) if layout else None
+        weights = extra.get("weights")
+        self._weights = PackageWeights.from_dict(weights) if weights is not None else None
+
+    # ------------------------------------------------------------------ new weights
+    @property
+    def refit_blocker(self) -> str:
+        """Why :meth:`refit` cannot take new weights (empty when it can)."""
+        if self._weights is None:
+            return "the package's weights were not described when it was stored (an older aitune-inductor)"
+        return self._weights.refit_blocker
+
+    def can_refit(self) -> bool:
+        return self._weights is not None and not self._weights.refit_blocker
+
+    def _refit(self, module: torch.nn.Module) -> None:
+        """Point the package at the module's tensors again, or copy them in when it holds its own.
+
+        Weights written in place are what a package without weights reads already; only
+        tensors the module replaced are handed over again.
+        """
+        if self._model is None or self._weights is None:
+            raise RefitError(f"{self.describe()} has no loaded package to take new weights")
+        tensors = self._checked_tensors(module)
+        started = time.perf_counter()
+        if self._weights.in_package:
+            aot_weights.copy_into_package(self._model, tensors)
+            taken = len(tensors)
+        else:
+            taken = self._served.bind(self._model, tensors)
+        self.build_info["last_refit"] = {"tensors": taken, "s": round(time.perf_counter() - started, 4)}
 
     # ------------------------------------------------------------------ lifecycle
     def _activate(self) -> None:
@@ -202,6 +316,8 @@ class TorchInductorAotBackend(Backend):
         close = getattr(model, "close", None)
         if callable(close):
             close()
+        del model
+        self._served.release()  # the module's memory the package read: held no longer than the package
 
     # ------------------------------------------------------------------ inference
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
@@ -284,6 +400,21 @@ class PackageRunner:
         remove = getattr(keep_alive, "remove", None)
         if callable(remove):
             remove()
+
+    def get_constant_fqns(self) -> list[str]:
+        """The names (in the module's ``state_dict``) of the tensors the package reads as constants."""
+        return list(self._live().get_constant_fqns())
+
+    def load_constants(
+        self, constants: dict[str, torch.Tensor], *, check_full_update: bool, user_managed: bool = False
+    ) -> None:
+        """Give the package constants by name: copied in, or read in place when ``user_managed``."""
+        self._live().load_constants(constants, False, check_full_update, user_managed)
+
+    def _live(self) -> Any:
+        if self._loader is None:
+            raise RuntimeError("this package was released; activate its backend again to run it")
+        return self._loader
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import torch.utils._pytree as pytree

@@ -78,13 +78,29 @@ torch._inductor.aot_compile = refuse
 import torch._inductor.compile_fx as compile_fx
 compile_fx.compile_fx = compile_fx.compile_fx_aot = refuse
 
+from pathlib import Path
+from aitune_core.testing.recording import record
 from aitune_inductor import TorchInductorAotBackend
+
+class TwoInputs(torch.nn.Module):  # the conftest's model: the package reads its weights
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 4)
+
+    def forward(self, x, y):
+        hidden = torch.relu(self.proj(x))
+        pairs = y.view(x.shape[0], 2, -1).sum(dim=1)
+        return {"hidden": hidden, "extra": (pairs * 2, hidden.mean())}
 
 state = json.loads(open(sys.argv[1]).read())
 io = torch.load(sys.argv[2], weights_only=True)
+module = TwoInputs()
+module.load_state_dict(io["weights"])
+call = lambda batch: ((torch.randn(batch, 8), torch.randn(2 * batch, 3)), {})
+context = record(module, call, (2,), Path(sys.argv[3]))
 backend = TorchInductorAotBackend.from_dict(state)
 assert backend.state.name == "CHECKPOINT_LOADED"
-backend.{step}()
+backend.{step}(context)
 out = backend(io["x"], y=io["y"])
 torch.testing.assert_close(out, io["expected"])
 assert isinstance(out, dict) and isinstance(out["extra"], tuple)
@@ -106,11 +122,14 @@ def test_restores_in_a_fresh_process_without_compiling(
     (tmp_path / "state.json").write_text(json.dumps(state))
     x, y = torch.randn(5, 8), torch.randn(10, 3)
     with torch.no_grad():
-        torch.save({"x": x, "y": y, "expected": two_inputs_context.module(x, y)}, tmp_path / "io.pt")
+        expected = two_inputs_context.module(x, y)
+    torch.save(
+        {"x": x, "y": y, "expected": expected, "weights": two_inputs_context.module.state_dict()}, tmp_path / "io.pt"
+    )
     script = tmp_path / "restore.py"
     script.write_text(textwrap.dedent(RESTORE_SCRIPT).replace("{step}", step))
     completed = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "state.json"), str(tmp_path / "io.pt")],
+        [sys.executable, str(script), str(tmp_path / "state.json"), str(tmp_path / "io.pt"), str(tmp_path)],
         capture_output=True,
         text=True,
         env=env_with_sources("aitune_inductor"),
