@@ -9,24 +9,38 @@ plain JSON next to the config.
 ONNX models are built for ranges, but ONNX Runtime does not check the graph's tuned
 upper bounds on each call; aitune's routing sends calls outside the tuned range to
 eager before they reach the backend.
+
+A built backend takes new weights without exporting again (:meth:`ONNXRuntimeBackend.refit`):
+the build records which of the module's tensors each initializer holds, and a refit writes
+the model again with them and opens a new session (see :mod:`aitune_onnx.refit`).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from aitune_core.plugin_api import Availability, BuildContext
-from aitune_core.plugin_api.exported import IOLayout, check_layout_fits_graph
+from aitune_core.plugin_api import Availability, BuildContext, RefitError, get_logger
+from aitune_core.plugin_api.exported import (
+    IOLayout,
+    WeightMap,
+    check_layout_fits_graph,
+    constant_values,
+    weight_map_from_data,
+    weight_map_to_data,
+)
 from aitune_onnx.config import ONNXRuntimeBackendConfig
 from aitune_onnx.export import data_file_name
 from aitune_onnx.export_cache import link_or_copy
 from aitune_onnx.exported_graph import ONNXExportedGraphBackend
+from aitune_onnx.refit import describe_map, weight_map_for, write_refitted
 from aitune_onnx.session import PROVIDER_DEVICES, OrtRunner, default_provider, provider_availability
 
 _FALSE_TEXT = ("0", "false", "False")
@@ -36,6 +50,8 @@ MODEL_ARTIFACT = "model"
 DATA_ARTIFACT = "external_data"
 MODEL_FILE = "model.onnx"
 DATA_LOCATION_KEY = "external_data_location"
+REFIT_KEY = "refit"
+NO_MAP = "the backend was stored without a map of its weights (before refit existed)"
 MAX_FILE_NAME_BYTES = 255
 
 
@@ -81,6 +97,10 @@ class ONNXRuntimeBackend(ONNXExportedGraphBackend):
         self._data_location: str | None = None
         self._runner: OrtRunner | None = None
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        self._weight_map: WeightMap | None = None
+        self._no_refit = NO_MAP
+        self._refit_folder: Path | None = None
+        self._refit_scratch: tempfile.TemporaryDirectory[str] | None = None
 
     @property
     def lossy(self) -> bool:
@@ -117,7 +137,22 @@ class ONNXRuntimeBackend(ONNXExportedGraphBackend):
         self._data_location = None if exported.external_data is None else exported.external_data.name
         self._load()
         assert self._runner is not None
-        self.build_info = {**exported.summary(), "providers": ", ".join(self._runner.providers)}
+        self._map_weights(context)
+        self.build_info = {
+            **exported.summary(),
+            "providers": ", ".join(self._runner.providers),
+            **describe_map(self._weight_map, self._no_refit),
+        }
+
+    def _map_weights(self, context: BuildContext) -> None:
+        """Record which tensors each initializer holds; without it the backend cannot refit, and says why."""
+        assert self._model_path is not None
+        try:
+            self._weight_map = weight_map_for(self._model_file(), context)
+        except Exception as error:
+            self._weight_map = None
+            self._no_refit = f"its weights could not be mapped ({type(error).__name__}: {error})"
+            get_logger().warning("refit unavailable", backend=self.describe(), reason=self._no_refit)
 
     def _load(self) -> None:
         """Create the session from the files; this never exports."""
@@ -172,6 +207,57 @@ class ONNXRuntimeBackend(ONNXExportedGraphBackend):
             self._scratch.cleanup()
             self._scratch = None
 
+    # ------------------------------------------------------------------ refit
+    def can_refit(self) -> bool:
+        """Whether the build (or the checkpoint) recorded which tensors the model's initializers hold."""
+        return self._weight_map is not None
+
+    @property
+    def refit_refusal(self) -> str:
+        """Why :meth:`can_refit` is False ("" when it is True)."""
+        return "" if self._weight_map is not None else self._no_refit
+
+    def _refit(self, module: torch.nn.Module) -> None:
+        """Write the model again with ``module``'s weights, into a folder of its own, and open a session on it.
+
+        Nothing changes when this fails: the old files and session stay, and RefitError says why.
+        """
+        assert self._weight_map is not None and self._model_path is not None
+        values = constant_values(self._weight_map, module, self.describe())
+        folder = self._new_refit_folder()
+        previous = (self._model_path, self._data_path, self._data_location, self._runner)
+        try:
+            model, data = write_refitted(self._model_file(), values, folder, MODEL_FILE)
+            del values
+            self._model_path, self._data_path = model, data if data.stat().st_size else None
+            self._data_location = None if self._data_path is None else data.name
+            self._load()
+        except Exception as error:
+            self._model_path, self._data_path, self._data_location, self._runner = previous
+            shutil.rmtree(folder, ignore_errors=True)
+            reason = f"{type(error).__name__}: {error}"
+            raise RefitError(f"{self.describe()} could not take the new weights: {reason}") from error
+        self._drop_refit_folder()
+        self._refit_folder = folder
+
+    def _new_refit_folder(self) -> Path:
+        """A fresh folder for refitted files: in the build's folder, or a private temporary one when restored."""
+        if self.context is not None:
+            folder = self.context.cache_dir / f"refit-{uuid.uuid4().hex}"
+            folder.mkdir(parents=True)
+            return folder
+        if self._refit_scratch is None:
+            self._refit_scratch = tempfile.TemporaryDirectory(prefix="aitune-onnx-refit-", ignore_cleanup_errors=True)
+        folder = Path(self._refit_scratch.name) / uuid.uuid4().hex
+        folder.mkdir()
+        return folder
+
+    def _drop_refit_folder(self) -> None:
+        """Remove the files of the refit before this one, which nothing serves from any more."""
+        if self._refit_folder is not None:
+            shutil.rmtree(self._refit_folder, ignore_errors=True)
+            self._refit_folder = None
+
     # ------------------------------------------------------------------ persistence
     def _artifact_paths(self) -> dict[str, Path | None]:
         return {MODEL_ARTIFACT: self._model_path, DATA_ARTIFACT: self._data_path}
@@ -187,6 +273,7 @@ class ONNXRuntimeBackend(ONNXExportedGraphBackend):
 
     def _extra_state(self) -> dict[str, Any]:
         extra = {**super()._extra_state(), DATA_LOCATION_KEY: self._data_location}
+        extra[REFIT_KEY] = None if self._weight_map is None else weight_map_to_data(self._weight_map)
         if self._exported is not None:
             extra["export"] = {
                 "exporter": self._exported.exporter,
@@ -208,6 +295,8 @@ class ONNXRuntimeBackend(ONNXExportedGraphBackend):
             self._data_location = plain_file_name(DATA_LOCATION_KEY, location)
         else:
             self._data_location = None if data is None else data_file_name(Path(MODEL_FILE))
+        stored = extra.get(REFIT_KEY)
+        self._weight_map = None if stored is None else weight_map_from_data(stored)
 
     # ------------------------------------------------------------------ lifecycle
     def _deactivate(self) -> None:

@@ -43,7 +43,7 @@ _LEVELS = {
     "layout": "ORT_ENABLE_LAYOUT",
     "all": "ORT_ENABLE_ALL",
 }
-_ONNX_TYPES: dict[torch.dtype, int] = {
+ONNX_TYPES: dict[torch.dtype, int] = {
     torch.float32: 1,
     torch.uint8: 2,
     torch.int8: 3,
@@ -234,7 +234,7 @@ class OrtRunner:
                 tensor = tensor.contiguous()
             held.append(tensor)
             binding.bind_input(
-                name, device_type, device_id, _ONNX_TYPES[tensor.dtype], tuple(tensor.shape), tensor.data_ptr()
+                name, device_type, device_id, ONNX_TYPES[tensor.dtype], tuple(tensor.shape), tensor.data_ptr()
             )
         for name in self._outputs:
             binding.bind_output(name, device_type, device_id)
