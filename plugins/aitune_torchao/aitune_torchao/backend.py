@@ -9,7 +9,10 @@ Lifecycle:
   or once the weights were written), else quantize the module again;
 * checkpoint: the quantized state dict is the artifact, so deploying rebuilds the
   quantized module from it (the architecture comes from the freshly built model given
-  to ``aitune_core.load``) and never quantizes the original weights again.
+  to ``aitune_core.load``) and never quantizes the original weights again;
+* refit: the module's new weights are quantized module by module and copied into the
+  served copy in place (:mod:`aitune_torchao.refit`); the stored weights are written
+  again when a checkpoint next asks for them.
 
 The quantized weights are written lazily, when a checkpoint asks for the artifact:
 most candidates lose and are released, and writing their weights would cost disk
@@ -27,7 +30,16 @@ from typing import Any
 
 import torch
 
-from aitune_core.plugin_api import DEFAULT_TOLERANCES, Availability, Backend, BuildContext, Tolerance, Tolerances
+from aitune_core.plugin_api import (
+    DEFAULT_TOLERANCES,
+    Availability,
+    Backend,
+    BuildContext,
+    RefitError,
+    Tolerance,
+    Tolerances,
+)
+from aitune_torchao import refit
 from aitune_torchao.config import TorchAOBackendConfig, render_ao_config
 from aitune_torchao.filters import ModuleFilter
 from aitune_torchao.presets import get_preset
@@ -213,6 +225,23 @@ class TorchAOBackend(Backend):
     def _deactivate(self) -> None:
         self._module = None
         self._runner = None
+
+    # ------------------------------------------------------------------ new weights
+    @property
+    def refit_blocker(self) -> str:
+        """Why :meth:`refit` cannot take new weights (empty when it can)."""
+        return refit.refit_blocker(self.config, self._restore_mode)
+
+    def can_refit(self) -> bool:
+        return not self.refit_blocker
+
+    def _refit(self, module: torch.nn.Module) -> None:
+        if self._module is None:
+            raise RefitError(f"{self.describe()} holds no quantized copy to take new weights")
+        start = time.perf_counter()
+        written = refit.take_weights(self._module, module, self.config, self._quantized)
+        self._weights = None  # the stored quantized weights are the old ones; a checkpoint writes them again
+        self.build_info["last_refit"] = {"tensors": written, "s": round(time.perf_counter() - start, 4)}
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         assert self._runner is not None
