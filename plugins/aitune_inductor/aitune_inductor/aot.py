@@ -272,7 +272,7 @@ class TorchInductorAotBackend(Backend):
 
     # ------------------------------------------------------------------ new weights
     @property
-    def refit_blocker(self) -> str:
+    def refit_refusal(self) -> str:
         """Why :meth:`refit` cannot take new weights (empty when it can)."""
         if self._weights is None:
             return "the package's weights were not described when it was stored (an older aitune-inductor)"

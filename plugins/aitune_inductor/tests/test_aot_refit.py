@@ -81,7 +81,7 @@ def fresh(context: BuildContext, built: TorchInductorAotBackend) -> Iterator[tor
 
 def test_reads_the_modules_tensors(built: TorchInductorAotBackend) -> None:
     assert built.build_info["weights"] == "read from the module"
-    assert built.build_info["refit"] == "yes" and built.can_refit() and built.refit_blocker == ""
+    assert built.build_info["refit"] == "yes" and built.can_refit() and built.refit_refusal == ""
 
 
 def test_refit_serves_new_weights_and_leaves_the_module_as_it_is(

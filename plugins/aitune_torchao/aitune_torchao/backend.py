@@ -228,12 +228,12 @@ class TorchAOBackend(Backend):
 
     # ------------------------------------------------------------------ new weights
     @property
-    def refit_blocker(self) -> str:
+    def refit_refusal(self) -> str:
         """Why :meth:`refit` cannot take new weights (empty when it can)."""
         return refit.refit_blocker(self.config, self._restore_mode)
 
     def can_refit(self) -> bool:
-        return not self.refit_blocker
+        return not self.refit_refusal
 
     def _refit(self, module: torch.nn.Module) -> None:
         if self._module is None:

@@ -42,7 +42,7 @@ def test_refit_quantizes_the_new_weights_as_a_fresh_build_does(mlp_context: Buil
     held = dict(backend._module.named_parameters())
     new = other_weights()
     mlp_context.module.load_state_dict(new)
-    assert backend.can_refit() and backend.refit_blocker == ""
+    assert backend.can_refit() and backend.refit_refusal == ""
     backend.refit(mlp_context.module)
 
     fresh = TorchAOBackend(preset=preset).build(mlp_context)
@@ -83,7 +83,7 @@ def test_a_shape_change_is_refused_and_changes_nothing(mlp_context: BuildContext
 def test_a_config_that_replaces_modules_cannot_refit(mlp_context: BuildContext) -> None:
     backend = TorchAOBackend(preset="int8wo").build(mlp_context)
     backend._restore_mode = "quantize"  # what the build records for a config that swaps modules
-    assert not backend.can_refit() and "replaced modules" in backend.refit_blocker
+    assert not backend.can_refit() and "replaced modules" in backend.refit_refusal
     with pytest.raises(RefitError, match="cannot take new weights"):
         backend.refit(mlp_context.module)
 
