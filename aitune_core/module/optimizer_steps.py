@@ -3,13 +3,15 @@
 An optimizer writes the parameters in place, with no hook of the module firing, so
 without this the staleness watch would see the step only at its periodic check, up to
 ``CHECK_EVERY - 1`` calls later, and those calls would be answered by backends that hold
-the weights from before the step. torch calls a global post hook after the ``step()`` of
-every ``torch.optim.Optimizer``
-(``torch.optim.optimizer.register_optimizer_step_post_hook``); it is registered once, when
-the first watch is set (a module is tuned or loaded), and raises the alarm of each watch
-whose module holds one of the parameters the optimizer stepped.
+the weights from before the step. torch calls global hooks before and after the
+``step()`` of every ``torch.optim.Optimizer``
+(``torch.optim.optimizer.register_optimizer_step_pre_hook`` and ``..._post_hook``); they are
+registered once, when the first watch is set (a module is tuned or loaded), and touch each
+watch whose module holds one of the parameters the optimizer steps. After the step, that
+sends the next call through a full check; before it, a refit running at the same time
+learns that the user's code is writing the weights (:mod:`aitune_core.refitting.guard`).
 
-What a step costs on top: a set of the ids of the optimizer's parameters and one
+What a step costs on top: twice, a set of the ids of the optimizer's parameters and one
 disjointness test per watch, about 0.1 us per parameter.
 """
 
@@ -20,7 +22,7 @@ import weakref
 from typing import Any, Protocol
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 
 class Touchable(Protocol):
@@ -38,11 +40,13 @@ def follow_optimizer_steps(watch: Touchable, tensor_ids: frozenset[int]) -> None
     with _lock:
         _followed[watch] = tensor_ids
         if not _installed:
+            register_optimizer_step_pre_hook(_stepped)
             register_optimizer_step_post_hook(_stepped)
             _installed = True
 
 
 def _stepped(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    """Before the step (a refit running meanwhile then knows the user wrote), and after it (the next call looks)."""
     with _lock:
         followed = list(_followed.items())
     if not followed:

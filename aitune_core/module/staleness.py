@@ -238,6 +238,7 @@ class Watch:
         "generation",
         "inner",
         "tick",
+        "touches",
         "training",
         "warned",
     )
@@ -252,6 +253,8 @@ class Watch:
         self._baseline: Baseline | None = None
         self.generation = 0
         """Counts :meth:`reset` calls: which routes, and which weights, the watch was last set for."""
+        self.touches = 0
+        """Counts :meth:`touch` calls: a refit tells the user's own writes (which fire hooks) from a backend's."""
         self._weights: Change | None = None
         self._modes: Change | None = None
         self._hooked: weakref.WeakSet[nn.Module] = weakref.WeakSet()
@@ -262,6 +265,7 @@ class Watch:
 
     def touch(self) -> None:
         """Something may have changed the module: check it fully on the next routed call."""
+        self.touches += 1
         self.dirty = True
         self.alarm = True
 

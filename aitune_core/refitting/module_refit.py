@@ -8,48 +8,36 @@ made after it is still seen by the next call. Changed, the attempt is discarded 
 new one starts with the weights of that moment: what validation passed is only ever
 what the backends serve, and no call is answered with older weights.
 
-Two ways to run it:
+Every step of a backend runs inside a :class:`~aitune_core.refitting.guard.RefitGuard`:
+what a backend changes in the user's module is put back, and fails its refit, as in
+tuning; what the user's own code writes meanwhile is left alone and starts the attempt
+again. Two ways to run it:
 
 * now (``aitune_core.refit``): calls go to the original module meanwhile (the watch
-  holds :data:`~aitune_core.module.new_weights.REFITTING`), every step runs inside the
-  module guard that tuning uses, which puts back anything a backend changes in the
-  user's module, and a refitted or rebuilt backend is kept in the artifact store as a
-  tuned one is;
-* in the background (``config.on_weight_change = "refit"``): the user's own code may be
-  writing the weights at the same time (a training loop, a policy update), so nothing
-  is put back: a write is new weights, and the attempt starts again. The store is left
-  alone, as a build may have read weights half written.
+  holds :data:`~aitune_core.module.new_weights.REFITTING`), and a refitted or rebuilt
+  backend is kept in the artifact store as a tuned one is;
+* in the background (``config.on_weight_change = "refit"``): calls go to the original
+  module anyway (the watch found the new weights), and the store is left alone, as a
+  build may have read weights half written.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from aitune_core.backends.base import RefitError
-from aitune_core.guard import ModuleGuard
 from aitune_core.log import get_logger
 from aitune_core.module.new_weights import REFITTING
 from aitune_core.module.staleness import Baseline, Watch
 from aitune_core.module.wrapper import Module, ModuleState
+from aitune_core.refitting.guard import RefitGuard
 from aitune_core.refitting.report import RefitReport
 from aitune_core.refitting.route_refit import Attempt
 from aitune_core.store.store import ArtifactStore
 
 ATTEMPTS_NOW = 3
 """Attempts of ``aitune_core.refit`` before it gives up on weights that keep changing under it."""
-
-
-class SharedModuleGuard(ModuleGuard):
-    """The guard of a background refit: others may write the module meanwhile, so it checks and puts back nothing.
-
-    A change is found by the attempt's snapshot instead, and taken as new weights.
-    """
-
-    @contextlib.contextmanager
-    def step(self, step: str) -> Iterator[None]:
-        yield
 
 
 def watch_of(wrapper: Module) -> Watch:
@@ -101,9 +89,10 @@ def refit_module(wrapper: Module, background: bool, stopping: Callable[[], bool]
                 return None  # the routes fit the weights already (a refit installed them meanwhile)
             baseline = watch.snapshot()
             log.info("refit started", routes=len(wrapper.routes), background=background)
-            attempt = _attempt(wrapper, background, log)
-            if not background and attempt.guard.changed_steps:
-                baseline = watch.snapshot()  # the guard put the weights back as they were: with new versions
+            attempt = _attempt(wrapper, watch, background, log)
+            guard = attempt.guard
+            if guard.changed_steps and isinstance(guard, RefitGuard) and not guard.user_wrote:
+                baseline = watch.snapshot()  # the guard put a backend's writes back: the same values, new versions
             changed = baseline.weight_change() or baseline.mode_change()
             if changed is None:
                 _install(wrapper, attempt, baseline)
@@ -135,13 +124,9 @@ def refit_module(wrapper: Module, background: bool, stopping: Callable[[], bool]
     return report
 
 
-def _attempt(wrapper: Module, background: bool, log: object) -> Attempt:
-    if background:
-        guard: ModuleGuard = SharedModuleGuard(wrapper.module, wrapper.name, log=log)
-        store = None
-    else:
-        guard, store = ModuleGuard(wrapper.module, wrapper.name, log=log), ArtifactStore.from_config()
-    attempt = Attempt(wrapper, guard, store, log)
+def _attempt(wrapper: Module, watch: Watch, background: bool, log: object) -> Attempt:
+    guard = RefitGuard(watch, wrapper.module, wrapper.name, log=log)
+    attempt = Attempt(wrapper, guard, None if background else ArtifactStore.from_config(), log)
     try:
         attempt.run()
     except BaseException:

@@ -11,6 +11,7 @@ can install it as a fake distribution and load checkpoints that use its backends
 from __future__ import annotations
 
 import copy
+import os
 import threading
 from pathlib import Path
 from typing import Any, ClassVar
@@ -67,7 +68,9 @@ class CopyBackend(Backend):
     def _refit(self, module: torch.nn.Module) -> None:
         assert self.weights is not None and self.copy is not None
         self.refits += 1
-        torch.save(self.new_weights(module), self.weights)
+        written = self.weights.with_name(WEIGHTS_FILE + ".new")
+        torch.save(self.new_weights(module), written)
+        os.replace(written, self.weights)  # a new file: the store may hold the old one as a hard link
         self.copy.load_state_dict(torch.load(self.weights, weights_only=True))
 
     def new_weights(self, module: torch.nn.Module) -> dict[str, torch.Tensor]:
