@@ -47,6 +47,7 @@ from aitune_inductor.calls import build_calls
 from aitune_inductor.compile_watch import CompileWatch
 from aitune_inductor.config_checks import check_allowed_options, check_mode, check_options, options_dict
 from aitune_inductor.dims import below_range, mark_dynamic, ranged_axes, reaches_size_one
+from aitune_inductor.jit_refit import check_compiled_for, frozen_into_graph
 from aitune_inductor.precompiled_lifecycle import PrecompiledLifecycle
 from aitune_inductor.sealed import left_unread, stored_sha256
 from aitune_inductor.size_one import size_oblivious, size_oblivious_available
@@ -151,6 +152,15 @@ class TorchInductorJitBackend(PrecompiledLifecycle, Backend):
         if not base.available:
             return base
         return inductor_availability(torch.device(device), needs_cpp_on_cuda=False)
+
+    def can_refit(self) -> bool:
+        """Yes unless the weights were frozen into the compiled code (:mod:`aitune_inductor.jit_refit`)."""
+        config = cast(TorchInductorJitBackendConfig, self.config)
+        return frozen_into_graph(config.options, config.precompile) is None
+
+    def _refit(self, module: torch.nn.Module) -> None:
+        """Nothing to copy: the compiled graphs read the module's weights on every call."""
+        check_compiled_for(self.describe(), self.context.module if self.context is not None else None, module)
 
     # ------------------------------------------------------------------ building
     def resolved_dynamic(self, context: BuildContext) -> bool | None:
