@@ -1,11 +1,15 @@
-"""A tuned module that changes after tuning: calls go to the original module, never to stale backends."""
+"""A tuned module that changes after tuning: calls go to the original module, never to stale backends.
+
+These tests look at what the calls do, with no refit behind them (``config.on_weight_change
+= "eager"``); tests/refit has what the background refit adds.
+"""
 
 from __future__ import annotations
 
 import copy
 import io
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -19,6 +23,12 @@ from aitune_core.module import staleness
 
 Name = Callable[[str], str]
 BYPASSED = "tuned backends bypassed, running the original module"
+
+
+@pytest.fixture(autouse=True)
+def _no_background_refit() -> Iterator[None]:
+    ait.config.on_weight_change = "eager"
+    yield
 
 
 def bypass_warnings(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
