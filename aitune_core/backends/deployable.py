@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 import torch
 
+from aitune_core.graphs.graph_spec import GraphSpec
 from aitune_core.metadata.tensor_spec import TensorSpec
 
 FORMATS = ("onnx", "openvino_ir", "aoti_pt2", "tensorrt_plan")
@@ -105,7 +106,9 @@ class RuntimeOptions:
 
     device: ``"cpu"`` or ``"cuda"``, where the artifact runs (AOT packages and engines are
         built for one).
-    threads: the threads one call used (intra-op); None where the runtime chose.
+    threads: the threads one call used (intra-op); None: torch's thread count, which the
+        checkpoint records as the one it was tuned at (the export fills it in); 0: the
+        runtime chose.
     precision: the precision it computes in: ``"fp32"`` (as eager), or ``"fp16"``,
         ``"bf16"``, ``"tf32"``, ``"int8"`` where the backend was lossy on purpose.
     profiles: TensorRT optimization profiles, in the engine's order.
@@ -154,3 +157,19 @@ class Deployable:
     def batch_axes(self) -> set[int | None]:
         """The batch axes of its inputs and outputs: ``{0}`` when every one is batched on its first axis."""
         return {tensor.batch_axis for tensor in (*self.inputs, *self.outputs)}
+
+
+def device_of(graph: GraphSpec) -> str:
+    """The device type a graph was tuned on (``"cpu"`` or ``"cuda"``), read from its key's tensor parts."""
+    found: set[str] = set()
+
+    def walk(part: Any) -> None:
+        if isinstance(part, tuple):
+            if len(part) == 4 and part[0] == "T" and isinstance(part[3], str):
+                found.add(part[3])
+            else:
+                for child in part:
+                    walk(child)
+
+    walk(graph.key)
+    return "cuda" if "cuda" in found else "cpu"

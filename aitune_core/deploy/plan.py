@@ -119,7 +119,7 @@ def _plan_graph(
     artifacts: dict[int, Deployable | str] = {}
     for route in routes:
         if route.backend is not None and id(route.backend) not in artifacts:
-            artifacts[id(route.backend)] = _artifact(root, route.backend, spec, target)
+            artifacts[id(route.backend)] = _artifact(root, route.backend, spec, target, module.threads)
     served = [route for route in routes if isinstance(artifacts.get(id(route.backend)), Deployable)]
     if not served:
         reasons = "; ".join(f"{route.describe()}: {_reason(route, artifacts)}" for route in routes)
@@ -175,8 +175,13 @@ def _span(routes: list[Route]) -> str:
     return ", ".join(route.describe() for route in routes)
 
 
-def _artifact(root: Path, entry: BackendEntry, spec: GraphSpec, target: DeployTarget) -> Deployable | str:
-    """The artifact of one stored backend, or why there is none the target serves."""
+def _artifact(
+    root: Path, entry: BackendEntry, spec: GraphSpec, target: DeployTarget, threads: int | None
+) -> Deployable | str:
+    """The artifact of one stored backend, or why there is none the target serves.
+
+    An artifact that ran at torch's thread count gets the count the checkpoint says it was tuned at.
+    """
     files = {name: str(resolve(root, ref)) for name, ref in entry.artifacts.items()}
     backend: Backend = restore_backend(
         entry.name,
@@ -189,6 +194,8 @@ def _artifact(root: Path, entry: BackendEntry, spec: GraphSpec, target: DeployTa
         return found.reason
     if found.format not in target.formats:
         return f"{entry.description} writes {found.format}, which {target.name} does not serve"
+    if found.runtime.threads is None and threads is not None:
+        found = attrs.evolve(found, runtime=attrs.evolve(found.runtime, threads=threads))
     return found
 
 

@@ -4,7 +4,8 @@ Triton itself cannot be installed with pip, so the tests check what it would rea
 ``config.pbtxt`` is parsed by protobuf's own text parser into Triton's ``ModelConfig``
 message (``tritonclient``'s ``model_config_pb2``), and each model is then run from the
 repository alone by its own runtime, fed by the names, data types and shapes the
-configuration declares (:func:`feeds`).
+configuration declares (:func:`feeds`). :func:`write_models` writes models described by
+hand, for a backend's artifact tested without a checkpoint.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from aitune_core.deploy.export import target_class
+from aitune_core.deploy.target import DeployModel
 
 CONFIG_FILE = "config.pbtxt"
 DTYPES = {
@@ -74,3 +78,8 @@ def feeds(config: Any, values: Sequence[torch.Tensor]) -> dict[str, torch.Tensor
             )
         named[tensor.name] = value
     return named
+
+
+def write_models(models: Sequence[DeployModel], repository: Path, **options: Any) -> list[str]:
+    """Write ``models`` with the installed Triton target, as ``ait.export`` does once it has planned them."""
+    return target_class("triton")(**options).write(models, Path(repository))

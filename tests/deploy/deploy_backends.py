@@ -19,8 +19,8 @@ import torch
 from aitune_core import hookimpl
 from aitune_core.backends import Backend, BackendConfig, BuildContext
 from aitune_core.backends.base import NoDeployable
-from aitune_core.backends.deployable import Deployable, RuntimeOptions, TensorIO
-from aitune_core.exported.names import io_names
+from aitune_core.backends.deployable import Deployable, RuntimeOptions
+from aitune_core.exported.deploy_io import flat_io
 from aitune_core.graphs.graph_spec import GraphSpec
 
 AITUNE_PLUGIN_API = 1
@@ -29,16 +29,6 @@ AITUNE_PLUGIN_API = 1
 @attrs.frozen
 class FileConfig(BackendConfig):
     threads: int | None = None
-
-
-def tensors(graph: GraphSpec) -> tuple[list[TensorIO], list[TensorIO]]:
-    """The graph's inputs and outputs named as exported graphs name them."""
-    ins, outs = graph.input_spec.tensor_data, graph.output_spec.tensor_data
-    names = io_names([loc.display_path for loc, _ in ins], [loc.display_path for loc, _ in outs])
-    return (
-        [TensorIO.of_spec(name, spec) for name, (_, spec) in zip(names[0], ins, strict=True)],
-        [TensorIO.of_spec(name, spec) for name, (_, spec) in zip(names[1], outs, strict=True)],
-    )
 
 
 class FileBackend(Backend):
@@ -82,7 +72,7 @@ class FileBackend(Backend):
     def deployable(self, graph: GraphSpec) -> Deployable | NoDeployable:
         if self.path is None:
             return NoDeployable("not built")
-        inputs, outputs = tensors(graph)
+        inputs, outputs = flat_io(None, graph)  # named as exported graphs name them
         files = dict.fromkeys(self.files, self.path)
         runtime = RuntimeOptions(threads=self.config.threads, settings={"performance_hint": "latency"})  # type: ignore[attr-defined]
         return Deployable(self.format, files, self.files[0], inputs, outputs, runtime)

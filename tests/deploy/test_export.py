@@ -65,7 +65,7 @@ def folder_name(module: str) -> str:
 
 
 def split_timer() -> ScriptedTimer:
-    return ScriptedTimer({name: (lambda table: lambda batch: table[batch])(table) for name, table in SPLIT.items()})
+    return ScriptedTimer({name: table.__getitem__ for name, table in SPLIT.items()})
 
 
 @pytest.mark.usefixtures("installed")

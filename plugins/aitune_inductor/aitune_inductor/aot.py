@@ -35,16 +35,19 @@ from aitune_core.plugin_api import (
     Backend,
     BackendConfig,
     BuildContext,
+    GraphSpec,
     RefitError,
     data_dependent_reason,
     get_logger,
 )
+from aitune_core.plugin_api.deploy import Deployable, NoDeployable
 from aitune_inductor import aot_weights
 from aitune_inductor.aot_weights import PackageWeights, ServedWeights
 from aitune_inductor.availability import inductor_availability
 from aitune_inductor.call_layout import CallLayout
 from aitune_inductor.calls import build_calls
 from aitune_inductor.config_checks import check_allowed_options, check_options, options_dict
+from aitune_inductor.deployable import aot_deployable
 from aitune_inductor.dims import describe_dims, export_example, export_shapes
 from aitune_inductor.package_safety import unpack_package
 
@@ -269,6 +272,11 @@ class TorchInductorAotBackend(Backend):
         self._layout = CallLayout.from_dict(layout) if layout else None
         weights = extra.get("weights")
         self._weights = PackageWeights.from_dict(weights) if weights is not None else None
+
+    # ------------------------------------------------------------------ deploying
+    def deployable(self, graph: GraphSpec) -> Deployable | NoDeployable:
+        """The package, for deploy targets, where it holds its weights (see :mod:`aitune_inductor.deployable`)."""
+        return aot_deployable(self.describe(), self._package, self._layout, self._weights, graph)
 
     # ------------------------------------------------------------------ new weights
     @property

@@ -32,6 +32,7 @@ from aitune_core.plugin_api import (
     BackendConfig,
     BackendState,
     BuildContext,
+    GraphSpec,
     Locator,
     Tolerances,
     autocast,
@@ -41,11 +42,13 @@ from aitune_core.plugin_api import (
     get_logger,
     map_leaves,
 )
+from aitune_core.plugin_api.deploy import Deployable, NoDeployable
 from aitune_inductor import compile_cache, precompiled
 from aitune_inductor.availability import inductor_availability
 from aitune_inductor.calls import build_calls
 from aitune_inductor.compile_watch import CompileWatch
 from aitune_inductor.config_checks import check_allowed_options, check_mode, check_options, options_dict
+from aitune_inductor.deployable import jit_reason
 from aitune_inductor.dims import below_range, mark_dynamic, ranged_axes, reaches_size_one
 from aitune_inductor.jit_refit import check_compiled_for, frozen_into_graph
 from aitune_inductor.precompiled_lifecycle import PrecompiledLifecycle
@@ -140,6 +143,10 @@ class TorchInductorJitBackend(PrecompiledLifecycle, Backend):
     @property
     def is_jit(self) -> bool:
         return True
+
+    def deployable(self, graph: GraphSpec) -> Deployable | NoDeployable:
+        """None: it compiles where it serves (see :mod:`aitune_inductor.deployable`)."""
+        return jit_reason(self.describe())
 
     @property
     def lossy(self) -> bool:

@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 
-from aitune_core.plugin_api import Availability, BuildContext, RefitError, get_logger
+from aitune_core.plugin_api import Availability, BuildContext, GraphSpec, RefitError, get_logger
+from aitune_core.plugin_api.deploy import Deployable, NoDeployable
 from aitune_core.plugin_api.exported import (
     IOLayout,
     WeightMap,
@@ -37,6 +38,7 @@ from aitune_core.plugin_api.exported import (
     weight_map_to_data,
 )
 from aitune_onnx.config import ONNXRuntimeBackendConfig
+from aitune_onnx.deployable import onnx_deployable
 from aitune_onnx.export import data_file_name
 from aitune_onnx.export_cache import link_or_copy
 from aitune_onnx.exported_graph import ONNXExportedGraphBackend
@@ -312,6 +314,14 @@ class ONNXRuntimeBackend(ONNXExportedGraphBackend):
 
     def _one_tensor_call(self, output: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
         return None if self._runner is None else self._runner.one_tensor_call(output)
+
+    # ------------------------------------------------------------------ deploying
+    def deployable(self, graph: GraphSpec) -> Deployable | NoDeployable:
+        """The ``.onnx`` file and its external data, for deploy targets (see :mod:`aitune_onnx.deployable`)."""
+        data = None
+        if self._data_path is not None:
+            data = (self._data_path, self._data_location or data_file_name(Path(MODEL_FILE)))
+        return onnx_deployable(self.describe(), self.config, self._model_path, data, self.layout, graph)
 
 
 def plain_file_name(key: str, value: Any) -> str:

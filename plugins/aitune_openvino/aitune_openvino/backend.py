@@ -18,11 +18,13 @@ from typing import Any
 
 import torch
 
-from aitune_core.plugin_api import Availability, BuildContext, Tolerances
+from aitune_core.plugin_api import Availability, BuildContext, GraphSpec, Tolerances
+from aitune_core.plugin_api.deploy import Deployable, NoDeployable
 from aitune_core.plugin_api.exported import ExportedGraphBackend, check_layout_fits_graph
 from aitune_openvino.availability import openvino_availability
 from aitune_openvino.config import OpenVINOConfig
 from aitune_openvino.convert import convert_graph
+from aitune_openvino.deployable import openvino_deployable
 from aitune_openvino.runtime import CompiledIR, resolve_hint
 
 XML_ARTIFACT = "ir_xml"
@@ -148,6 +150,11 @@ class OpenVINOBackend(ExportedGraphBackend):
 
     def _one_tensor_call(self, output: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
         return None if self._compiled is None else self._compiled.one_tensor_call(output)
+
+    # ------------------------------------------------------------------ deploying
+    def deployable(self, graph: GraphSpec) -> Deployable | NoDeployable:
+        """The IR's two files, for deploy targets (see :mod:`aitune_openvino.deployable`)."""
+        return openvino_deployable(self.describe(), self.config, (self._xml, self._bin), self.layout, graph)
 
     # ------------------------------------------------------------------ persistence
     def _artifact_paths(self) -> dict[str, Path | None]:

@@ -25,11 +25,13 @@ from typing import Any
 import torch
 
 from aitune_core.plugin_api import Availability, BuildContext, GraphSpec, Locator, Tolerances, dtype_from_str
+from aitune_core.plugin_api.deploy import Deployable, NoDeployable
 from aitune_core.plugin_api.exported import IOLayout
 from aitune_onnx.export import ExportedModel
 from aitune_onnx.exported_graph import ONNXExportedGraphBackend
 from aitune_trt.availability import tensorrt_availability
 from aitune_trt.config import TensorRTBackendConfig
+from aitune_trt.deployable import tensorrt_deployable
 from aitune_trt.options import BuildOptions, BuildResult
 from aitune_trt.precision import Capabilities, CastModule, PrecisionPlan, plan_precision, tolerances_for
 from aitune_trt.profiles import TensorRTProfile, profiles_from_json, profiles_to_json, resolve_profiles
@@ -204,6 +206,11 @@ class TensorRTBackend(ONNXExportedGraphBackend):
         self._profiles = profiles_from_json(self._profiles_path.read_text())
         dtypes = extra.get("output_dtypes")
         self._output_dtypes = None if dtypes is None else [None if d is None else dtype_from_str(d) for d in dtypes]
+
+    # ------------------------------------------------------------------ deploying
+    def deployable(self, graph: GraphSpec) -> Deployable | NoDeployable:
+        """The engine plan and its profiles, for deploy targets (see :mod:`aitune_trt.deployable`)."""
+        return tensorrt_deployable(self.describe(), self.config, self._plan_path, self._profiles, self.layout, graph)
 
     # ------------------------------------------------------------------ lifecycle
     def _deactivate(self) -> None:
