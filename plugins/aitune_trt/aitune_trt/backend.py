@@ -12,6 +12,13 @@ The three steps that need TensorRT (reading its capabilities, building a plan, o
 an engine) are the methods ``_capabilities``, ``_build_plan`` and ``_open_engine``, and
 the only ones importing :mod:`aitune_trt.engine`; everything else runs, and is tested,
 without TensorRT.
+
+An engine built with ``refittable=True`` takes new weights without a rebuild
+(:meth:`TensorRTBackend.refit`): the build records which of the module's tensors each
+ONNX initializer was made from (aitune-onnx's :func:`~aitune_onnx.refit.weight_map_for`;
+TensorRT names weights after the initializers), and a refit makes them again from the
+module, hands them to a ``trt.Refitter`` and writes the plan again, so that checkpoints
+carry the new weights.
 """
 
 from __future__ import annotations
@@ -20,22 +27,38 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from aitune_core.plugin_api import Availability, BuildContext, GraphSpec, Locator, Tolerances, dtype_from_str
+from aitune_core.plugin_api import (
+    Availability,
+    BuildContext,
+    GraphSpec,
+    Locator,
+    RefitError,
+    Tolerances,
+    dtype_from_str,
+    get_logger,
+)
 from aitune_core.plugin_api.deploy import Deployable, NoDeployable
-from aitune_core.plugin_api.exported import IOLayout
+from aitune_core.plugin_api.exported import (
+    IOLayout,
+    WeightMap,
+    constant_values,
+    weight_map_from_data,
+    weight_map_to_data,
+)
 from aitune_onnx.export import ExportedModel
 from aitune_onnx.exported_graph import ONNXExportedGraphBackend
+from aitune_onnx.refit import weight_map_for
 from aitune_trt.availability import tensorrt_availability
 from aitune_trt.config import TensorRTBackendConfig
 from aitune_trt.deployable import tensorrt_deployable
 from aitune_trt.options import BuildOptions, BuildResult
 from aitune_trt.precision import Capabilities, CastModule, PrecisionPlan, plan_precision, tolerances_for
 from aitune_trt.profiles import TensorRTProfile, profiles_from_json, profiles_to_json, resolve_profiles
-from aitune_trt.runner import EngineSession, TensorRTRunner
+from aitune_trt.runner import EngineSession, RefittableSession, TensorRTRunner
 
 ENGINE_ARTIFACT = "engine"
 PROFILES_ARTIFACT = "profiles"
@@ -43,6 +66,8 @@ MODEL_FILE = "model.onnx"
 PLAN_FILE = "engine.plan"
 PROFILES_FILE = "profiles.json"
 TIMING_CACHE_FILE = "timing.cache"
+REFIT_KEY = "refit"
+NOT_REFITTABLE = "the engine was built without refittable=True"
 
 
 class TensorRTBackend(ONNXExportedGraphBackend):
@@ -64,6 +89,9 @@ class TensorRTBackend(ONNXExportedGraphBackend):
         self._precision: PrecisionPlan | None = None
         self._session: EngineSession | None = None
         self._runner: TensorRTRunner | None = None
+        self._weight_map: WeightMap | None = None
+        self._no_refit = NOT_REFITTABLE
+        self._refitted_plan: Path | None = None
 
     # ------------------------------------------------------------------ identity
     @classmethod
@@ -111,7 +139,12 @@ class TensorRTBackend(ONNXExportedGraphBackend):
         self, profiles: list[TensorRTProfile], precision: PrecisionPlan, timing_cache: Path
     ) -> BuildOptions:
         return BuildOptions(
-            tuple(profiles), precision, self.config.workspace_bytes, self.config.optimization_level, timing_cache
+            tuple(profiles),
+            precision,
+            self.config.workspace_bytes,
+            self.config.optimization_level,
+            timing_cache,
+            self.config.refittable,
         )
 
     # ------------------------------------------------------------------ building
@@ -143,6 +176,7 @@ class TensorRTBackend(ONNXExportedGraphBackend):
         self._output_dtypes = _output_dtypes(graph, exported.layout)
         self._precision = precision
         self._load()
+        self._map_weights(exported, precision, context)
         warnings = [text for severity, text in result.messages if severity == "WARNING"]
         self.build_info = {
             **exported.summary(),
@@ -153,7 +187,23 @@ class TensorRTBackend(ONNXExportedGraphBackend):
             "engine_build_s": round(built_at - exported_at, 3),
             "plan_bytes": len(result.plan),
             "builder_warnings": len(warnings),
+            "refit": self._weight_map.summary() if self._weight_map is not None else f"no: {self._no_refit}",
         }
+
+    def _map_weights(self, exported: ExportedModel, precision: PrecisionPlan, context: BuildContext) -> None:
+        """For a refittable engine, which of the module's tensors each weight was made from."""
+        self._weight_map = None
+        if not self.config.refittable:
+            self._no_refit = NOT_REFITTABLE
+            return
+        if precision.export_dtype is not None:
+            self._no_refit = f"the engine was built from the model cast to {precision.export_dtype}"
+            return
+        try:
+            self._weight_map = weight_map_for(exported.path, context)
+        except Exception as error:
+            self._no_refit = f"its weights could not be mapped ({type(error).__name__}: {error})"
+            get_logger().warning("refit unavailable", backend=self.describe(), reason=self._no_refit)
 
     def _export_cast(self, context: BuildContext, precision: PrecisionPlan) -> ExportedModel:
         """``model.onnx``, in the precision a strongly typed engine is built in: the module as it is
@@ -191,6 +241,8 @@ class TensorRTBackend(ONNXExportedGraphBackend):
 
     def _extra_state(self) -> dict[str, Any]:
         extra = super()._extra_state()
+        if self._weight_map is not None:
+            extra[REFIT_KEY] = weight_map_to_data(self._weight_map)
         extra["output_dtypes"] = (
             None if self._output_dtypes is None else [None if d is None else str(d) for d in self._output_dtypes]
         )
@@ -206,6 +258,42 @@ class TensorRTBackend(ONNXExportedGraphBackend):
         self._profiles = profiles_from_json(self._profiles_path.read_text())
         dtypes = extra.get("output_dtypes")
         self._output_dtypes = None if dtypes is None else [None if d is None else dtype_from_str(d) for d in dtypes]
+        stored = extra.get(REFIT_KEY)
+        self._weight_map = None if stored is None else weight_map_from_data(stored)
+        if stored is None and self.config.refittable:
+            self._no_refit = "the backend was stored without a map of its weights"
+
+    # ------------------------------------------------------------------ new weights
+    @property
+    def refit_refusal(self) -> str:
+        """Why :meth:`refit` cannot take new weights (empty when it can)."""
+        return "" if self._weight_map is not None else self._no_refit
+
+    def can_refit(self) -> bool:
+        return self._weight_map is not None
+
+    def _refit(self, module: torch.nn.Module) -> None:
+        """Make the engine's weights again from ``module``, refit the engine, and write its plan again.
+
+        A refit TensorRT refuses leaves the engine as it was (it applies weights only in
+        ``refit_cuda_engine``), and raises RefitError naming why.
+        """
+        assert self._weight_map is not None
+        session = self._session
+        if session is None or not hasattr(session, "refit") or self.context is None:
+            raise RefitError(f"{self.describe()} has no engine loaded that can take new weights")
+        values = constant_values(self._weight_map, module, self.describe())
+        engine = cast(RefittableSession, session)
+        try:
+            engine.refit(values)
+            plan = engine.serialize()
+        except RuntimeError as error:
+            raise RefitError(f"{self.describe()} could not take the new weights: {error}") from error
+        written = _write_atomically(self.context.cache_dir / f"engine-refit-{uuid.uuid4().hex}.plan", plan)
+        previous, self._refitted_plan = self._refitted_plan, written
+        self._plan_path = written
+        if previous is not None:
+            previous.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ deploying
     def deployable(self, graph: GraphSpec) -> Deployable | NoDeployable:

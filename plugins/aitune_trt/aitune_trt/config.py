@@ -74,6 +74,10 @@ class TensorRTBackendConfig(ExportedGraphConfig):
         every call in the tuned range has a profile.
     max_sample_profiles: the most profiles ``"samples"`` may make.
     cuda_graphs: replay each (profile, input shapes) as a captured CUDA graph.
+    refittable: build the engine with ``BuilderFlag.REFIT``, so that it takes new weights
+        without a rebuild (:meth:`~aitune_trt.TensorRTBackend.refit`). Off by default:
+        TensorRT optimizes a refittable engine less, and documents numerical differences
+        for some of them even when they are never refitted.
     exporter, torchscript_fallback, opset_version, optimize, external_data: how the
         graph is exported to ONNX; see :class:`aitune_onnx.exported_graph.ExportedGraphConfig`.
     """
@@ -92,6 +96,7 @@ class TensorRTBackendConfig(ExportedGraphConfig):
     cover_tuned_range: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     max_sample_profiles: int = attrs.field(default=8, validator=_positive)
     cuda_graphs: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    refittable: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
     def __attrs_post_init__(self) -> None:
         if self.profile_source == "config" and not self.profiles:

@@ -16,7 +16,10 @@ where they matter): ``Builder.create_network`` (with ``STRONGLY_TYPED`` where as
 ``IExecutionContext.set_optimization_profile_async``, ``set_input_shape``,
 ``set_tensor_address``, ``set_output_allocator`` with an ``IOutputAllocator`` (which
 makes outputs with data-dependent shapes work) and ``execute_async_v3`` on the current
-torch CUDA stream. This module has not run on this project's CPU test machines; the
+torch CUDA stream; for new weights, ``BuilderFlag.REFIT`` at build and a ``trt.Refitter``
+(``get_all_weights``, ``get_weights_prototype``, ``set_named_weights`` with
+``TensorLocation.DEVICE``, ``get_missing_weights``, ``refit_cuda_engine``), then
+``ICudaEngine.serialize``. This module has not run on this project's CPU test machines; the
 README says which paths have run against a real TensorRT.
 """
 
@@ -36,7 +39,7 @@ import torch
 from aitune_trt.errors import ParserIssue, TensorRTBuildError
 from aitune_trt.options import BuildOptions, BuildResult
 from aitune_trt.precision import Capabilities, PrecisionPlan
-from aitune_trt.runner import torch_dtype
+from aitune_trt.runner import torch_dtype, trt_dtype_name
 
 MIN_VERSION = (8, 6)
 """Name-based I/O (``set_input_shape``, ``execute_async_v3``), output allocators and
@@ -166,6 +169,8 @@ def build_serialized_engine(onnx_path: Path, options: BuildOptions, echo: bool =
         config.set_flag(getattr(trt.BuilderFlag, name))
     for name in options.precision.clear_flags:
         config.clear_flag(getattr(trt.BuilderFlag, name))
+    if options.refittable:
+        config.set_flag(trt.BuilderFlag.REFIT)
 
     inputs = [network.get_input(index) for index in range(network.num_inputs)]
     shape_inputs = [tensor.name for tensor in inputs if getattr(tensor, "is_shape_tensor", False)]
@@ -381,6 +386,52 @@ class TensorRTEngine:
 
     def _last_message(self) -> str:
         return self.logger.messages[-1][1] if self.logger.messages else "no message"
+
+    # ------------------------------------------------------------------ new weights
+    def refit(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Replace the engine's weights by name (the ONNX initializers' names) with ``weights``.
+
+        Only weights the engine lists as refittable are set; TensorRT then names any it
+        also needs (weights it combined with those given), and the refit fails naming them.
+        Captured CUDA graphs are dropped: they are captured again on their next call.
+        """
+        held = []
+        with torch.cuda.device(self.device):
+            refitter = trt.Refitter(self.engine, self.logger)
+            refittable = set(refitter.get_all_weights())
+            for name, value in weights.items():
+                if name not in refittable:
+                    continue  # folded by TensorRT into something it refits under other names, or not a weight
+                tensor = value.to(self.device).contiguous()
+                prototype = refitter.get_weights_prototype(name) if hasattr(refitter, "get_weights_prototype") else None
+                if prototype is not None and (prototype.dtype.name, prototype.size) != (
+                    trt_dtype_name(tensor.dtype),
+                    tensor.numel(),
+                ):
+                    raise RuntimeError(
+                        f"weights {name!r} are {tensor.numel()} {tensor.dtype}, the engine holds "
+                        f"{prototype.size} {prototype.dtype.name}"
+                    )
+                held.append(tensor)
+                given = trt.Weights(
+                    getattr(trt.DataType, trt_dtype_name(tensor.dtype)), tensor.data_ptr(), tensor.numel()
+                )
+                if not refitter.set_named_weights(name, given, trt.TensorLocation.DEVICE):
+                    raise RuntimeError(f"TensorRT refused the new weights {name!r}: {self._last_message()}")
+            missing = list(refitter.get_missing_weights())
+            if missing:
+                raise RuntimeError(f"TensorRT also needs weights the module does not give: {', '.join(missing[:8])}")
+            torch.cuda.current_stream(self.device).synchronize()  # the copies above are done before TensorRT reads
+            if not refitter.refit_cuda_engine():
+                raise RuntimeError(f"TensorRT could not refit the engine: {self._last_message()}")
+        del held
+        for graph in self._graphs.values():
+            graph.graph.reset()
+        self._graphs.clear()
+
+    def serialize(self) -> bytes:
+        """The engine as a plan, with the weights it holds now."""
+        return bytes(memoryview(self.engine.serialize()))
 
 
 def _bind_inputs(context: Any, inputs: Mapping[str, torch.Tensor]) -> None:

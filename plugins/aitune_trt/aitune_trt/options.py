@@ -23,6 +23,7 @@ class BuildOptions:
     workspace_bytes: the workspace memory pool limit; None leaves TensorRT's default.
     optimization_level: ``builder_optimization_level`` (0-5); None leaves TensorRT's (3).
     timing_cache: the file the timing cache is read from and written back to; None: no cache.
+    refittable: build with ``BuilderFlag.REFIT``, so that a ``trt.Refitter`` can replace the weights.
     """
 
     profiles: tuple[TensorRTProfile, ...]
@@ -30,6 +31,7 @@ class BuildOptions:
     workspace_bytes: int | None = None
     optimization_level: int | None = None
     timing_cache: Path | None = None
+    refittable: bool = False
 
 
 @attrs.frozen

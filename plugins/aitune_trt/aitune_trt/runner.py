@@ -33,6 +33,14 @@ TRT_DTYPES: dict[str, torch.dtype] = {
 """``trt.DataType`` member name -> torch dtype, for the types an engine's inputs and outputs can have."""
 
 
+def trt_dtype_name(dtype: torch.dtype) -> str:
+    """The ``trt.DataType`` member name of a torch dtype."""
+    for name, known in TRT_DTYPES.items():
+        if known == dtype:
+            return name
+    raise TypeError(f"TensorRT has no type for {dtype}")
+
+
 def torch_dtype(trt_name: str, tensor: str) -> torch.dtype:
     try:
         return TRT_DTYPES[trt_name]
@@ -73,6 +81,18 @@ class EngineSession(Protocol):
 
     def run(self, profile: int, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Run with profile ``profile`` on ``inputs`` (engine dtypes, on :attr:`device`, contiguous)."""
+        ...
+
+
+class RefittableSession(EngineSession, Protocol):
+    """A session whose engine takes new weights by name, and serializes with them."""
+
+    def refit(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Replace the engine's weights named in ``weights``; raises naming what TensorRT refused."""
+        ...
+
+    def serialize(self) -> bytes:
+        """The engine's plan as it is now."""
         ...
 
 

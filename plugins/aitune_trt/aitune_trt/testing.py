@@ -15,7 +15,7 @@ are marked ``gpu`` and run on a machine with TensorRT and CUDA.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,6 +29,8 @@ from aitune_trt.profiles import TensorRTProfile, profiles_from_json, profiles_to
 from aitune_trt.runner import EngineSession
 
 MAGIC = b"AITUNE-ORT-PLAN\n"
+REFITTABLE_MAGIC = b"AITUNE-ORT-PLAR\n"
+"""The stand-in plan of an engine built refittable: its initializers can be replaced by name."""
 
 TENSORRT_10 = Capabilities("10.8.0", frozenset({"FP16", "BF16", "TF32"}), frozenset({"STRONGLY_TYPED"}))
 TENSORRT_11 = Capabilities("11.0.0", frozenset({"TF32"}), frozenset({"STRONGLY_TYPED"}))
@@ -46,17 +48,21 @@ _ORT_TYPES = {
 }
 
 
-def write_plan(onnx_path: Path, profiles: tuple[TensorRTProfile, ...]) -> bytes:
+def write_plan(onnx_path: Path, profiles: tuple[TensorRTProfile, ...], refittable: bool = False) -> bytes:
     """The stand-in plan: a header with the profiles, then the ONNX model with its weights inline."""
     import onnx
 
     model = onnx.load(str(onnx_path))  # external data, if any, is read in
+    return _plan(profiles, model.SerializeToString(), refittable)
+
+
+def _plan(profiles: Sequence[TensorRTProfile], model: bytes, refittable: bool) -> bytes:
     header = profiles_to_json(profiles).encode()
-    return MAGIC + len(header).to_bytes(8, "little") + header + model.SerializeToString()
+    return (REFITTABLE_MAGIC if refittable else MAGIC) + len(header).to_bytes(8, "little") + header + model
 
 
 def read_plan(plan: bytes) -> tuple[list[TensorRTProfile], bytes]:
-    if not plan.startswith(MAGIC):
+    if not plan.startswith((MAGIC, REFITTABLE_MAGIC)):
         raise ValueError("not a plan written by aitune_trt.testing.write_plan")
     start = len(MAGIC) + 8
     size = int.from_bytes(plan[len(MAGIC) : start], "little")
@@ -90,14 +96,11 @@ class OrtEngine(ProfiledStandIn):
     """
 
     def __init__(self, plan: bytes, device: torch.device) -> None:
-        import onnxruntime
-
         profiles, model = read_plan(plan)
         super().__init__(profiles)
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 3
-        options.intra_op_num_threads = 1
-        self.session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        self.refittable = plan.startswith(REFITTABLE_MAGIC)
+        self.model = model
+        self.session = self._session(model)
         self.device = torch.device("cpu")  # ONNX Runtime's CPU provider, whatever device was asked for
         self.requested_device = device
         self.input_names = [value.name for value in self.session.get_inputs()]
@@ -105,6 +108,38 @@ class OrtEngine(ProfiledStandIn):
         self.input_dtypes = {v.name: _ORT_TYPES[v.type] for v in self.session.get_inputs()}
         self.output_dtypes = {v.name: _ORT_TYPES[v.type] for v in self.session.get_outputs()}
         self.profiles_used: list[int] = []
+        self.refits = 0
+
+    @staticmethod
+    def _session(model: bytes) -> Any:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        options.intra_op_num_threads = 1
+        return onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+    def refit(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Replace the model's initializers named in ``weights``, as TensorRT's refitter replaces its weights."""
+        import onnx
+        from onnx import numpy_helper
+
+        if not self.refittable:
+            raise RuntimeError("the engine was not built refittable")
+        model = onnx.load_model_from_string(self.model)
+        for initializer in model.graph.initializer:
+            value = weights.get(initializer.name)
+            if value is None:
+                continue
+            if tuple(value.shape) != tuple(initializer.dims):
+                raise RuntimeError(f"weights {initializer.name!r} have shape {tuple(value.shape)}")
+            initializer.CopyFrom(numpy_helper.from_array(value.detach().cpu().numpy(), initializer.name))
+        self.model = model.SerializeToString()
+        self.session = self._session(self.model)
+        self.refits += 1
+
+    def serialize(self) -> bytes:
+        return _plan(self.profiles, self.model, self.refittable)
 
     def run(self, profile: int, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         for name, tensor in inputs.items():
@@ -145,7 +180,7 @@ class OrtTensorRTBackend(TensorRTBackend):
     def _build_plan(self, onnx_path: Path, options: BuildOptions) -> BuildResult:
         type(self).plans_built += 1
         self.last_options = options
-        return BuildResult(write_plan(onnx_path, options.profiles), (), self.capabilities.version)
+        return BuildResult(write_plan(onnx_path, options.profiles, options.refittable), (), self.capabilities.version)
 
     def _open_engine(self, plan_path: Path, device: torch.device) -> EngineSession:
         type(self).engines_opened += 1

@@ -257,6 +257,48 @@ def test_tune_with_default_candidates_tries_tensorrt(aitune_fake_dist: Any, aitu
     assert trt and trt[0].status in ("selected", "passed"), trt
 
 
+# ---------------------------------------------------------------------- refit
+class NormedCNN(torch.nn.Module):
+    """A convolution with a BatchNorm that is not the identity: the ONNX export folds it into the convolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = torch.nn.BatchNorm2d(8)
+        self.head = torch.nn.Linear(8, 4)
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.norm(self.conv(x))).mean(dim=(2, 3)))
+
+
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_refittable_engine_takes_new_weights(tmp_path: Path, cuda_graphs: bool) -> None:
+    torch.manual_seed(0)
+    context = record_on_cuda(NormedCNN(), lambda b: (torch.randn(b, 3, 8, 8),), (1, 4), tmp_path / "record")
+    backend = TensorRTBackend(refittable=True, cuda_graphs=cuda_graphs, **FAST_BUILD).build(fresh(context, tmp_path))
+    assert backend.can_refit(), backend.refit_refusal
+    check_extremes(context, backend)
+    torch.manual_seed(1)
+    context.module.load_state_dict(NormedCNN().cuda().state_dict())
+    backend.refit(context.module)
+    check_extremes(context, backend)
+    restored = TensorRTBackend.from_dict(backend.to_dict())  # the plan written after the refit
+    restored.deploy()
+    check_extremes(context, restored)
+
+
+def test_engines_built_without_refittable_refuse_refit(mlp: BuildContext, tmp_path: Path) -> None:
+    from aitune_core.plugin_api import RefitError
+
+    backend = TensorRTBackend(**FAST_BUILD).build(fresh(mlp, tmp_path))
+    assert not backend.can_refit()
+    with pytest.raises(RefitError, match="cannot take new weights"):
+        backend.refit(mlp.module)
+
+
 class TestTensorRTConformance(BackendConformance):
     device = "cuda"
     batch_sizes = (2, 4, 8)
