@@ -8,28 +8,46 @@ needs no ``trust_native_code``. What a restored backend needs besides the files 
 a call maps onto the IR's flat inputs and back) is aitune's exported-graph layout,
 kept by :class:`aitune_core.plugin_api.ExportedGraphBackend`, which the ONNX Runtime
 and TensorRT backends share.
+
+A built backend takes new weights without converting again (:meth:`OpenVINOBackend.refit`):
+the build records what each of the IR's constants was made from, and a refit writes the
+IR again with constants made from the module's tensors and compiles it (see
+:mod:`aitune_openvino.refit`).
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from aitune_core.plugin_api import Availability, BuildContext, GraphSpec, Tolerances
+from aitune_core.plugin_api import Availability, BuildContext, GraphSpec, RefitError, Tolerances, get_logger
 from aitune_core.plugin_api.deploy import Deployable, NoDeployable
-from aitune_core.plugin_api.exported import ExportedGraphBackend, check_layout_fits_graph
+from aitune_core.plugin_api.exported import (
+    ExportedGraphBackend,
+    WeightMap,
+    check_layout_fits_graph,
+    constant_values,
+    weight_map_from_data,
+    weight_map_to_data,
+)
 from aitune_openvino.availability import openvino_availability
 from aitune_openvino.config import OpenVINOConfig
 from aitune_openvino.convert import convert_graph
 from aitune_openvino.deployable import openvino_deployable
+from aitune_openvino.refit import weight_map_for, write_refitted
 from aitune_openvino.runtime import CompiledIR, resolve_hint
 
 XML_ARTIFACT = "ir_xml"
 BIN_ARTIFACT = "ir_bin"
 CONVERSION_KEY = "conversion"
+REFIT_KEY = "refit"
+NO_MAP = "the backend was stored without a map of its weights (before refit existed)"
 MAX_XML_BYTES = 256 * 1024 * 1024
 """An IR's XML holds the graph, not its weights (those are in the ``.bin``): a larger
 one is refused before OpenVINO reads it into memory."""
@@ -55,6 +73,10 @@ class OpenVINOBackend(ExportedGraphBackend):
         self._bin: Path | None = None
         self._conversion: dict[str, Any] | None = None
         self._compiled: CompiledIR | None = None
+        self._weight_map: WeightMap | None = None
+        self._no_refit = NO_MAP
+        self._refit_folder: Path | None = None
+        self._refit_scratch: tempfile.TemporaryDirectory[str] | None = None
 
     @classmethod
     def availability(cls, device: torch.device | str) -> Availability:
@@ -106,12 +128,24 @@ class OpenVINOBackend(ExportedGraphBackend):
             self.build_note = f"converted by tracing: {converted.fallback_reason}"
         self._load()
         assert self._compiled is not None
+        self._map_weights(context)
         self.build_info = {
             **converted.summary(),
             "hint": self._compiled.hint,
             "threads": self._compiled.threads,
             "inference_precision": self._compiled.precision,
+            "refit": self._weight_map.summary() if self._weight_map is not None else f"no: {self._no_refit}",
         }
+
+    def _map_weights(self, context: BuildContext) -> None:
+        """Record what each constant of the IR was made from; without it the backend cannot refit, and says why."""
+        assert self._xml is not None and self._bin is not None
+        try:
+            self._weight_map = weight_map_for(self._xml, self._bin, context)
+        except Exception as error:
+            self._weight_map = None
+            self._no_refit = f"its weights could not be mapped ({type(error).__name__}: {error})"
+            get_logger().warning("refit unavailable", backend=self.describe(), reason=self._no_refit)
 
     # ------------------------------------------------------------------ loading
     def _load(self) -> None:
@@ -151,6 +185,50 @@ class OpenVINOBackend(ExportedGraphBackend):
     def _one_tensor_call(self, output: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
         return None if self._compiled is None else self._compiled.one_tensor_call(output)
 
+    # ------------------------------------------------------------------ refit
+    def can_refit(self) -> bool:
+        """Whether the build (or the checkpoint) recorded what the IR's constants were made from."""
+        return self._weight_map is not None
+
+    @property
+    def refit_refusal(self) -> str:
+        """Why :meth:`can_refit` is False ("" when it is True)."""
+        return "" if self._weight_map is not None else self._no_refit
+
+    def _refit(self, module: torch.nn.Module) -> None:
+        """Write the IR again with constants made from ``module``'s weights, into a folder of its own, and compile it.
+
+        Nothing changes when this fails: the old files and compiled model stay, and RefitError says why.
+        """
+        assert self._weight_map is not None and self._xml is not None and self._bin is not None
+        values = constant_values(self._weight_map, module, self.describe())
+        folder = self._new_refit_folder()
+        previous = (self._xml, self._bin, self._compiled)
+        try:
+            self._xml, self._bin = write_refitted(self._xml, self._bin, values, folder)
+            del values
+            self._load()
+        except Exception as error:
+            self._xml, self._bin, self._compiled = previous
+            shutil.rmtree(folder, ignore_errors=True)
+            reason = f"{type(error).__name__}: {error}"
+            raise RefitError(f"{self.describe()} could not take the new weights: {reason}") from error
+        if self._refit_folder is not None:  # the refit before this one: nothing serves from it any more
+            shutil.rmtree(self._refit_folder, ignore_errors=True)
+        self._refit_folder = folder
+
+    def _new_refit_folder(self) -> Path:
+        """A fresh folder for refitted files: in the build's folder, or a private temporary one when restored."""
+        if self.context is not None:
+            folder = self.context.cache_dir / f"refit-{uuid.uuid4().hex}"
+            folder.mkdir(parents=True)
+            return folder
+        if self._refit_scratch is None:
+            self._refit_scratch = tempfile.TemporaryDirectory(prefix="aitune-ov-refit-", ignore_cleanup_errors=True)
+        folder = Path(self._refit_scratch.name) / uuid.uuid4().hex
+        folder.mkdir()
+        return folder
+
     # ------------------------------------------------------------------ deploying
     def deployable(self, graph: GraphSpec) -> Deployable | NoDeployable:
         """The IR's two files, for deploy targets (see :mod:`aitune_openvino.deployable`)."""
@@ -168,6 +246,7 @@ class OpenVINOBackend(ExportedGraphBackend):
         extra = super()._extra_state()
         if self._conversion is not None:
             extra[CONVERSION_KEY] = self._conversion
+        extra[REFIT_KEY] = None if self._weight_map is None else weight_map_to_data(self._weight_map)
         return extra
 
     def _restore(self, artifacts: dict[str, Path], extra: dict[str, Any]) -> None:
@@ -177,3 +256,5 @@ class OpenVINOBackend(ExportedGraphBackend):
             raise ValueError(f"{type(self).__name__} checkpoint data: {CONVERSION_KEY!r} is not a mapping")
         self._xml = Path(artifacts[XML_ARTIFACT])
         self._bin = Path(artifacts[BIN_ARTIFACT])
+        stored = extra.get(REFIT_KEY)
+        self._weight_map = None if stored is None else weight_map_from_data(stored)
