@@ -32,7 +32,7 @@ def options_from_text(options_class: type, pairs: Sequence[str]) -> dict[str, An
 
 
 def _read(key: str, text: str, kind: Any) -> Any:
-    names = str(kind)
+    names = getattr(kind, "__name__", str(kind))
     optional = "None" in names
     if optional and text.lower() in ("", "none"):
         return None
