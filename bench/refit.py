@@ -44,7 +44,7 @@ class _Block(torch.nn.Module):
 
 
 class ResNetLike(torch.nn.Module):
-    """Four residual blocks at two widths, BatchNorm after every convolution, a linear head: 0.2M parameters."""
+    """Four residual blocks at two widths, a BatchNorm after each convolution but the downsampling one."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -57,6 +57,7 @@ class ResNetLike(torch.nn.Module):
         self.head = torch.nn.Linear(64, 10)
         for module in self.modules():
             if isinstance(module, torch.nn.BatchNorm2d):
+                assert module.running_mean is not None and module.running_var is not None
                 with torch.no_grad():
                     module.weight.uniform_(0.5, 1.5)
                     module.bias.uniform_(-0.5, 0.5)
