@@ -54,6 +54,9 @@ _EXPORTS: dict[str, str] = {
     "DeployError": "aitune_core.deploy.target",
     "ExportSummary": "aitune_core.deploy.export",
     "export": "aitune_core.deploy.export",
+    "ServedGraph": "aitune_core.deploy.serving",
+    "ServingPlan": "aitune_core.deploy.serving",
+    "serving_plan": "aitune_core.deploy.serving",
     "load": "aitune_core.checkpoint.load",
     "save": "aitune_core.checkpoint.save",
     "config": "aitune_core.config",
@@ -146,6 +149,8 @@ __all__ = [
     "RefitReport",
     "Sample",
     "SampleMetadata",
+    "ServedGraph",
+    "ServingPlan",
     "StaleWeightsError",
     "TensorSpec",
     "Tolerance",
@@ -169,6 +174,7 @@ __all__ = [
     "refit",
     "register_container",
     "save",
+    "serving_plan",
     "tune",
     "unwrap",
     "wait_for_refit",
@@ -214,6 +220,7 @@ if TYPE_CHECKING:
     from aitune_core.config import config
     from aitune_core.context import BATCH_SIZE_KEY, global_context
     from aitune_core.deploy.export import ExportSummary, export
+    from aitune_core.deploy.serving import ServedGraph, ServingPlan, serving_plan
     from aitune_core.deploy.target import DeployError
     from aitune_core.errors import CheckpointError
     from aitune_core.graphs import BatchDim, DeclarationError, DynamicDim, ForwardSignature, GraphSpec, Sample

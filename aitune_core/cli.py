@@ -9,6 +9,7 @@ reads as the command's description in ``--help``.
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
 import json
 import sys
@@ -213,6 +214,59 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- aitune serve
+SERVE_INSTALL = "pip install 'aitune-ray[serve]'"
+
+
+def add_serve_command(subparsers: Subparsers) -> None:
+    summary = "serve a checkpoint over HTTP with Ray Serve on this machine (needs aitune-ray)"
+    parser = add_command(subparsers, "serve", run_serve, summary)
+    parser.add_argument("checkpoint", help="a checkpoint folder or archive written by aitune_core.save")
+    parser.add_argument(
+        "--factory", required=True, metavar="MODULE:FUNCTION", help="builds the tuned model, e.g. mypkg.models:build"
+    )
+    parser.add_argument("--port", type=int, default=8000, help="the HTTP port on 127.0.0.1 (default 8000)")
+    parser.add_argument("--replicas", type=int, default=1, help="how many replicas serve it (default 1)")
+    parser.add_argument("--max-wait-ms", type=float, default=None, help="how long a batch waits to fill (default 5 ms)")
+    parser.add_argument("--max-batch", type=int, default=None, help="rows per call (default: the largest tuned batch)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per replica (default: as tuned)")
+    parser.add_argument("--eager", action="store_true", help="serve the model's own forward with the same weights")
+    parser.add_argument(
+        "--trust-native-code", action="store_true", help="load checkpoints holding machine code (AOT packages)"
+    )
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Serve a checkpoint over HTTP on 127.0.0.1 with Ray Serve, until Ctrl-C. A Ray of its own is started on
+    this machine (never another host's); each replica builds the model with the factory (a function taking no
+    arguments) and loads the checkpoint. Requests are batched up to the largest batch size tuning built for,
+    and replicas ask Ray for the threads and GPU the tuned routes ran with. POST {"inputs": [x, ...]}, each
+    input a tensor as nested lists with the batch axis first; the answer is {"outputs": ...}. Provided by the
+    aitune-ray distribution with its serve extra.
+    """
+    try:
+        command = importlib.import_module("aitune_ray.serving.command")  # a plugin's: loaded by this command only
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.split(".")[0] != "aitune_ray":
+            raise
+        print(
+            f"aitune serve: needs the aitune-ray distribution, which is not installed: {SERVE_INSTALL}", file=sys.stderr
+        )
+        return 1
+    code: int = command.serve_command(
+        checkpoint=args.checkpoint,
+        factory=args.factory,
+        port=args.port,
+        replicas=args.replicas,
+        max_wait_ms=args.max_wait_ms,
+        max_batch=args.max_batch,
+        threads=args.threads,
+        eager=args.eager,
+        trust_native_code=args.trust_native_code,
+    )
+    return code
+
+
 # --------------------------------------------------------------------------- aitune new-plugin
 def add_new_plugin_command(subparsers: Subparsers) -> None:
     summary = "write a new backend plugin project that already passes the conformance suite"
@@ -365,6 +419,7 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
     add_inspect_command,
     add_inspect_model_command,
     add_export_command,
+    add_serve_command,
     add_new_plugin_command,
     add_cache_command,
 ]

@@ -12,7 +12,7 @@ file changes and the plugins' tests do not.
 from __future__ import annotations
 
 from aitune_core.checkpoint.files import sha256_of
-from aitune_core.demo.models import DemoMLP, mlp_samples
+from aitune_core.demo.models import DemoCNN, DemoMLP, cnn_samples, mlp_samples
 from aitune_core.executors.registry import executor_names, get_executor_class
 from aitune_core.graphs.declared_dims import DynamicShapes
 from aitune_core.graphs.declared_graph import declared_graph
@@ -28,12 +28,14 @@ from aitune_core.strategies.defaults import LOSSY_REASON
 
 __all__ = [
     "LOSSY_REASON",
+    "DemoCNN",
     "DemoMLP",
     "DynamicShapes",
     "PluginStatus",
     "Route",
     "ShapeChoice",
     "capture",
+    "cnn_samples",
     "converter",
     "declared_graph",
     "default_candidates",

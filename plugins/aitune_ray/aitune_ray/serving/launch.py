@@ -1,0 +1,132 @@
+"""Serving a checkpoint on this machine: a Ray of its own, on loopback, with the application on it.
+
+:func:`serve_locally` reads what the checkpoint needs (``ait.serving_plan``), checks the
+factory can be found, starts a new Ray here (never one at ``RAY_ADDRESS`` or another
+host) whose processes listen on 127.0.0.1 only, starts Serve's HTTP proxy on
+127.0.0.1, runs the application and waits until every replica has loaded the
+checkpoint. On leaving, Serve and that Ray are shut down, whatever happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+import aitune_core as ait
+from aitune_core.plugin_api import get_logger
+from aitune_ray.executor import local_temp_dir
+from aitune_ray.serving.factory import resolve_factory
+from aitune_ray.serving.settings import DEFAULT_PORT, LOOPBACK, ReplicaSetup, ServeSettings, replica_setup
+
+APP_NAME = "aitune"
+LOCAL_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+"""Ray's local-only mode (read when ``ray`` is first imported): its processes take 127.0.0.1 as this
+machine's address; and no usage report leaves the machine."""
+
+
+class ServeError(RuntimeError):
+    """The application cannot be started as asked; the message says why and the fix."""
+
+
+@attrs.define
+class LocalServer:
+    """A running application: its ``url``, what each replica runs with, and a handle for calling it from Python."""
+
+    url: str
+    setup: ReplicaSetup
+    plan: ait.ServingPlan
+    handle: Any
+
+    def stats(self) -> dict[str, Any]:
+        """One replica's set-up and counts (see ``CheckpointReplica.stats``)."""
+        result: dict[str, Any] = self.handle.stats.remote().result()
+        return result
+
+
+def start_local_ray(num_cpus: int | None = None) -> Any:
+    """A new Ray on this machine, listening on 127.0.0.1 only; its workers import from this ``sys.path``."""
+    for key, value in LOCAL_ONLY.items():
+        os.environ[key] = value
+    import ray
+
+    if ray.is_initialized():
+        raise ServeError("Ray is already started in this process; aitune serve starts a Ray of its own")
+    address = ray.util.get_node_ip_address()
+    if address != LOOPBACK:
+        raise ServeError(
+            f"Ray would listen on {address}, not {LOOPBACK}: ray was imported before "
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set; start the server in a fresh process"
+        )
+    entries = [entry or os.getcwd() for entry in sys.path]
+    env = {"PYTHONPATH": os.pathsep.join(dict.fromkeys(entries)), **LOCAL_ONLY}
+    ray.init(
+        address="local",
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": env},
+        **local_temp_dir(),
+    )
+    return ray
+
+
+@contextlib.contextmanager
+def serve_locally(
+    settings: ServeSettings,
+    port: int = DEFAULT_PORT,
+    *,
+    num_cpus: int | None = None,
+) -> Iterator[LocalServer]:
+    """Run the application of ``settings`` at ``http://127.0.0.1:port/`` for the duration of the block.
+
+    num_cpus: the CPUs the local Ray offers (None: this machine's); replicas ask for their share.
+    The replicas import from this process's ``sys.path``, where the factory's module must be found.
+    Raises ServeError, FactoryError or CheckpointError naming the fix; nothing is left running.
+    """
+    settings = attrs.evolve(settings, checkpoint=str(Path(settings.checkpoint).expanduser().resolve()))
+    plan = ait.serving_plan(settings.checkpoint)
+    try:
+        setup = replica_setup(settings, plan)
+    except ValueError as error:
+        raise ServeError(str(error)) from None
+    resolve_factory(settings.factory)  # a typo fails here, before Ray starts
+    ray = start_local_ray(num_cpus)
+    try:
+        from ray import serve
+
+        from aitune_ray.serving.app import application
+
+        _check_room(ray, setup, settings.replicas)
+        serve.start(http_options={"host": LOOPBACK, "port": port}, proxy_location="HeadOnly")
+        handle = serve.run(application(setup, settings.replicas), name=APP_NAME, route_prefix="/")
+        url = f"http://{LOOPBACK}:{port}/"
+        get_logger().info("serving", url=url, checkpoint=settings.checkpoint, replicas=settings.replicas)
+        yield LocalServer(url, setup, plan, handle)
+    finally:
+        with contextlib.suppress(Exception):
+            from ray import serve
+
+            serve.shutdown()
+        ray.shutdown()
+
+
+def _check_room(ray: Any, setup: ReplicaSetup, replicas: int) -> None:
+    """Replicas that cannot all be placed would leave the application starting forever: say so now."""
+    resources = ray.cluster_resources()
+    cpus, gpus = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
+    if replicas * setup.num_cpus > cpus:
+        raise ServeError(
+            f"{replicas} replica(s) of {setup.num_cpus:g} CPU(s) each need {replicas * setup.num_cpus:g} CPUs, and "
+            f"this machine's Ray has {cpus:g}: ask for fewer --replicas or --threads"
+        )
+    if replicas * setup.num_gpus > gpus:
+        raise ServeError(
+            f"the checkpoint was tuned on CUDA: {replicas} replica(s) need a GPU each, and this machine's Ray has "
+            f"{gpus:g}; ask for fewer --replicas"
+        )
