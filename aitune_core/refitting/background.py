@@ -16,7 +16,9 @@ two never work on the same routes at once.
 A refit that raises (a bug, not a backend that fails: those end in the report) is
 logged with its traceback, and the module is not refitted in the background again
 until its routes change (a tune, a load, ``aitune_core.refit``), rather than once per
-call.
+call. One whose weights changed during every attempt, many in a row, stops until the
+user's code writes them again (a hook fires): weights that change with no hook firing
+are the module's own doing, and trying again would never end.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from collections.abc import Iterator
 from aitune_core.config import config
 from aitune_core.log import get_logger
 from aitune_core.module.wrapper import Module
-from aitune_core.refitting.module_refit import refit_module, watch_of
+from aitune_core.refitting.module_refit import WeightsKeptChangingError, refit_module, watch_of
 from aitune_core.refitting.report import RefitReport
 from aitune_core.reporting.console import emit_block
 
@@ -45,6 +47,8 @@ class _Slot:
         self.stop = False
         self.last: RefitReport | None = None
         self.failed_generation: int | None = None
+        self.gave_up_at: int | None = None
+        """The watch's count of the user's writes when a refit gave up on weights that kept changing."""
 
 
 _slots: weakref.WeakKeyDictionary[Module, _Slot] = weakref.WeakKeyDictionary()
@@ -62,8 +66,9 @@ def slot_of(wrapper: Module) -> _Slot:
 def request(wrapper: Module) -> None:
     """Refit ``wrapper``'s routes in the background unless that is already under way (or failed for these routes)."""
     slot = slot_of(wrapper)
+    watch = watch_of(wrapper)
     with slot.state:
-        if slot.running or slot.failed_generation == watch_of(wrapper).generation:
+        if slot.running or slot.failed_generation == watch.generation or slot.gave_up_at == watch.touches:
             return
         slot.running = True
     thread = threading.Thread(
@@ -85,6 +90,9 @@ def _work(reference: weakref.ref[Module], slot: _Slot) -> None:
                 report = refit_module(wrapper, background=True, stopping=lambda: slot.stop)
         if report is not None:
             emit_block("Refit summary", report.summary(), module=wrapper.name)
+    except WeightsKeptChangingError as error:
+        get_logger(module=getattr(wrapper, "name", "?")).warning("background refit stopped", reason=str(error))
+        slot.gave_up_at = error.touches  # until the user's code writes the weights again
     except Exception:
         get_logger(module=getattr(wrapper, "name", "?")).exception(
             "background refit failed; the original module serves until aitune_core.refit(model) or a new tune"
@@ -129,4 +137,4 @@ def paused(wrapper: Module) -> Iterator[None]:
             yield
     finally:
         slot.stop = False
-        slot.failed_generation = None
+        slot.failed_generation = slot.gave_up_at = None

@@ -38,6 +38,20 @@ from aitune_core.store.store import ArtifactStore
 
 ATTEMPTS_NOW = 3
 """Attempts of ``aitune_core.refit`` before it gives up on weights that keep changing under it."""
+ATTEMPTS_IN_BACKGROUND = 8
+"""Attempts in a row of a background refit before it waits for the user's next write (a hook firing).
+
+Weights that change during every attempt with no hook firing are the module's own doing
+(a forward that updates a buffer, run by validation's eager calls): trying again would
+never end."""
+
+
+class WeightsKeptChangingError(RefitError):
+    """The weights changed during every attempt of a refit; ``touches``: the watch's count when it gave up."""
+
+    def __init__(self, message: str, touches: int) -> None:
+        super().__init__(message)
+        self.touches = touches
 
 
 def watch_of(wrapper: Module) -> Watch:
@@ -102,11 +116,13 @@ def refit_module(wrapper: Module, background: bool, stopping: Callable[[], bool]
             log.info("refit discarded", reason=changed.detail, discarded=report.discarded)
             if stopping():
                 return None
-            if not background and report.discarded >= ATTEMPTS_NOW:
-                raise RefitError(
-                    f"aitune module `{wrapper.name}`: its weights changed during each of {ATTEMPTS_NOW} refits "
-                    f"({changed.detail}); stop writing them while aitune_core.refit runs, or let "
-                    "config.on_weight_change = 'refit' refit in the background once they settle"
+            limit = ATTEMPTS_IN_BACKGROUND if background else ATTEMPTS_NOW
+            if report.discarded >= limit:
+                raise WeightsKeptChangingError(
+                    f"aitune module `{wrapper.name}`: its weights changed during each of {limit} refits in a row "
+                    f"({changed.detail}); the original module serves. Stop writing them while a refit runs (a forward "
+                    "that updates its own buffers does too), then call aitune_core.refit(model)",
+                    watch.touches,
                 )
     except BaseException:
         if not background:

@@ -13,6 +13,8 @@ from aitune_core.strategies import OneBackendStrategy
 from aitune_core.testing.timing import FAST_PROFILE
 
 WIDTH = 8
+WAIT_S = 120
+"""How long a test waits for a background refit: a refit that never ends fails the test instead of hanging it."""
 
 
 def mlp() -> nn.Module:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 import torch
 from refit_backends import CopyBackend
-from refit_helpers import tune_with
+from refit_helpers import WAIT_S, tune_with
 from torch import nn
 
 import aitune_core as ait
@@ -70,7 +70,7 @@ def test_fine_tuning_then_serving_answers_every_call_with_the_new_weights(unique
         torch.testing.assert_close(got, now, msg=lambda m, call=call: f"call {call}: {m}")
         served_by_backend += backend.calls - calls
         if call == 20:
-            report = ait.wait_for_refit(wrapped)
+            report = ait.wait_for_refit(wrapped, timeout=WAIT_S)
             assert report is not None and [row.outcome for row in report.routes] == ["refitted"], str(report)
     assert backend.refits >= 1
     assert served_by_backend >= 9, "the refitted routes serve the calls after the refit"

@@ -7,7 +7,8 @@ from collections.abc import Callable
 import pytest
 import torch
 from refit_backends import CopyBackend, MeddlingRefitBackend, PausingRefitBackend
-from refit_helpers import WIDTH, UserState, cnn, mlp, new_weights, run, samples, tune_with
+from refit_helpers import WAIT_S, WIDTH, UserState, cnn, mlp, new_weights, run, samples, tune_with
+from torch import nn
 
 import aitune_core as ait
 from aitune_core.config import Config
@@ -26,7 +27,7 @@ def test_new_weights_are_refitted_in_the_background_while_the_original_module_se
     x = torch.randn(3, WIDTH)
     with capture() as events:
         torch.testing.assert_close(run(wrapped, x), run(model, x), rtol=0, atol=0)  # the original module's answer
-        report = ait.wait_for_refit(wrapped)
+        report = ait.wait_for_refit(wrapped, timeout=WAIT_S)
     assert report is not None and report.background
     assert [(row.outcome, row.module) for row in report.routes] == [("refitted", wrapped.name)]
     (warning,) = [event for event in events if event["event"] == BYPASSED]
@@ -53,7 +54,7 @@ def test_weights_changed_during_a_background_refit_discard_it_and_it_starts_agai
     model.load_state_dict(new_weights(model, seed=2))
     torch.testing.assert_close(run(wrapped, x), run(model, x), rtol=0, atol=0)
     PausingRefitBackend.proceed.set()
-    report = ait.wait_for_refit(wrapped)
+    report = ait.wait_for_refit(wrapped, timeout=WAIT_S)
     assert report is not None and report.discarded == 1
     assert [row.outcome for row in report.routes] == ["refitted"]
     calls = backend.calls
@@ -68,7 +69,7 @@ def test_a_background_refit_leaves_the_users_model_as_it_was(unique_name: Name) 
     model.load_state_dict(new_weights(model))
     before = UserState.of(model)
     run(wrapped, torch.randn(2, 3, 6, 6))
-    report = ait.wait_for_refit(wrapped)
+    report = ait.wait_for_refit(wrapped, timeout=WAIT_S)
     assert report is not None and report.ok
     assert before.differences(UserState.of(model)) == []
 
@@ -83,7 +84,7 @@ def test_a_background_refit_that_writes_the_users_weights_is_undone_and_the_cand
     before = UserState.of(model)
     x = torch.randn(2, WIDTH)
     run(wrapped, x)
-    report = ait.wait_for_refit(wrapped)
+    report = ait.wait_for_refit(wrapped, timeout=WAIT_S)
     assert report is not None and report.discarded == 0
     (row,) = report.routes
     assert row.outcome == "rebuilt" and "changed the user's module during refit" in row.reason
@@ -101,7 +102,7 @@ def test_eager_serves_new_weights_until_refit_is_called(unique_name: Name) -> No
     with capture() as events:
         for _ in range(3):
             torch.testing.assert_close(run(wrapped, x), run(model, x), rtol=0, atol=0)
-    assert ait.wait_for_refit(wrapped) is None
+    assert ait.wait_for_refit(wrapped, timeout=WAIT_S) is None
     assert (backend.calls, backend.refits) == (0, 0)
     (warning,) = [event for event in events if event["event"] == BYPASSED]
     assert "call aitune_core.refit(model)" in warning["hint"]
@@ -137,3 +138,37 @@ def test_the_setting_and_its_environment_variable_take_only_the_three_choices(mo
     monkeypatch.setenv("AITUNE_ON_WEIGHT_CHANGE", "sometimes")
     with pytest.raises(ValueError, match="on_weight_change must be one of"):
         Config()
+
+
+class Counting(nn.Module):
+    """Counts its calls in a buffer: every eager call, validation's too, changes its weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(WIDTH, 4)
+        self.register_buffer("seen", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.add_(1)
+        return self.linear(x)
+
+
+def test_a_module_that_changes_its_own_weights_stops_the_refit_instead_of_looping(unique_name: Name) -> None:
+    model = Counting().eval()
+    wrapped = ait.Module(model, unique_name("model"))
+    tune_with(wrapped, CopyBackend())
+    model.load_state_dict({**new_weights(model), "seen": model.seen.clone()})
+    with capture() as events:
+        assert ait.wait_for_refit(wrapped, timeout=WAIT_S) is None  # starts the refit that is due, no call beside it
+    (stopped,) = [event for event in events if event["event"] == "background refit stopped"]
+    assert "changed during each of 8 refits in a row" in stopped["reason"]
+    assert sum(event["event"] == "refit discarded" for event in events) == 8
+    x = torch.randn(2, WIDTH)
+    with capture() as events:
+        torch.testing.assert_close(run(wrapped, x), run(model, x), rtol=0, atol=0)
+        assert ait.wait_for_refit(wrapped, timeout=WAIT_S) is None
+    assert not [event for event in events if event["event"] == "refit started"], "no new attempt until a hook fires"
+    with pytest.raises(ait.RefitError, match="changed during each of 3 refits in a row"):
+        ait.refit(wrapped)
+    ait.config.on_weight_change = "eager"  # no background refit beside the call below, which writes `seen` too
+    torch.testing.assert_close(run(wrapped, x), run(model, x), rtol=0, atol=0)

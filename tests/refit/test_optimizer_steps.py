@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 from refit_backends import CopyBackend
-from refit_helpers import WIDTH, mlp, run, tune_with
+from refit_helpers import WAIT_S, WIDTH, mlp, run, tune_with
 from torch import nn
 
 import aitune_core as ait
@@ -57,7 +57,7 @@ def test_after_an_optimizer_step_the_routes_are_refitted_in_the_background(uniqu
     x = torch.randn(2, WIDTH)
     step(model, optimizer)
     torch.testing.assert_close(run(wrapped, x), run(model, x), rtol=0, atol=0)
-    report = ait.wait_for_refit(wrapped)
+    report = ait.wait_for_refit(wrapped, timeout=WAIT_S)
     assert report is not None and [row.outcome for row in report.routes] == ["refitted"]
     calls = backend.calls
     torch.testing.assert_close(run(wrapped, x), run(model, x))
