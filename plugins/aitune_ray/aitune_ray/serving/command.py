@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from aitune_core.plugin_api import CheckpointError
 from aitune_ray.serving.factory import FactoryError
-from aitune_ray.serving.launch import ServeError, serve_locally
+from aitune_ray.serving.launch import ServeError, keep_ray_local, serve_locally
 from aitune_ray.serving.settings import ServeSettings
 
 INSTALL = "pip install 'aitune-ray[serve]'"
@@ -46,6 +46,7 @@ def serve_command(
 ) -> int:
     """Serve until stopped; 0 after a clean stop, 1 with one line saying why when it cannot start."""
     out = out or sys.stdout
+    keep_ray_local()  # before the first import of ray, below
     missing = missing_serve()
     if missing is not None:
         print(f"aitune serve: Ray Serve is not installed here ({missing}): {INSTALL}", file=sys.stderr)

@@ -49,10 +49,14 @@ class LocalServer:
         return result
 
 
+def keep_ray_local() -> None:
+    """Put Ray in its local-only mode; to take effect, this must come before anything imports ``ray``."""
+    os.environ.update(LOCAL_ONLY)
+
+
 def start_local_ray(num_cpus: int | None = None) -> Any:
     """A new Ray on this machine, listening on 127.0.0.1 only; its workers import from this ``sys.path``."""
-    for key, value in LOCAL_ONLY.items():
-        os.environ[key] = value
+    keep_ray_local()
     import ray
 
     if ray.is_initialized():
