@@ -5,7 +5,8 @@ Triton itself cannot be installed with pip, so the tests check what it would rea
 message (``tritonclient``'s ``model_config_pb2``), and each model is then run from the
 repository alone by its own runtime, fed by the names, data types and shapes the
 configuration declares (:func:`feeds`). :func:`write_models` writes models described by
-hand, for a backend's artifact tested without a checkpoint.
+hand, for a backend's artifact tested without a checkpoint; :func:`demo_cnn` is the model the
+deploy tests of every plugin export.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 
+from aitune_core.demo.models import DemoCNN, cnn_samples
 from aitune_core.deploy.export import target_class
 from aitune_core.deploy.target import DeployModel
 
@@ -83,3 +85,9 @@ def feeds(config: Any, values: Sequence[torch.Tensor]) -> dict[str, torch.Tensor
 def write_models(models: Sequence[DeployModel], repository: Path, **options: Any) -> list[str]:
     """Write ``models`` with the installed Triton target, as ``ait.export`` does once it has planned them."""
     return target_class("triton")(**options).write(models, Path(repository))
+
+
+def demo_cnn() -> tuple[torch.nn.Module, list[torch.Tensor]]:
+    """The demo's CNN (``aitune demo --model cnn``) in eval mode, from seed 0, and four unbatched images."""
+    torch.manual_seed(0)
+    return DemoCNN().eval(), cnn_samples(4)

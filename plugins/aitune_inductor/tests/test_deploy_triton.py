@@ -17,11 +17,10 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.demo.models import DemoCNN, cnn_samples
 from aitune_core.plugin_api import BuildContext
 from aitune_core.plugin_api.deploy import Deployable, NoDeployable
 from aitune_core.testing.timing import FAST_PROFILE
-from aitune_core.testing.triton import feeds, fits, read_config
+from aitune_core.testing.triton import demo_cnn, feeds, fits, read_config
 from aitune_inductor import TorchInductorAotBackend, TorchInductorJitBackend
 from aitune_inductor.aot_weights import PackageWeights
 from aitune_inductor.call_layout import CallLayout
@@ -75,10 +74,10 @@ def test_the_demo_cnn_package_runs_from_its_triton_repository_as_the_checkpoint_
     from torch._inductor import aoti_load_package
 
     name = unique_name("cnn")
-    torch.manual_seed(0)
-    wrapped = ait.Module(DemoCNN().eval(), name)
+    model, images = demo_cnn()
+    wrapped = ait.Module(model, name)
     strategy = ait.OneBackendStrategy(TorchInductorAotBackend(weights_in_package=True), profile=FAST_PROFILE)
-    ait.tune(wrapped, cnn_samples(4), batch_sizes=[1, 2, 4], strategy=strategy, threads=1)
+    ait.tune(wrapped, images, batch_sizes=[1, 2, 4], strategy=strategy, threads=1)
     ait.save(wrapped, tmp_path / "ckpt")
     del wrapped
     gc.collect()  # the name is free again for the fresh model the checkpoint loads into
@@ -95,11 +94,11 @@ def test_the_demo_cnn_package_runs_from_its_triton_repository_as_the_checkpoint_
     assert any("max_batch_size 0 (Triton's torch_aoti" in note for note in summary.notes), summary.notes
 
     package = aoti_load_package(str(folder / "1" / "model.pt2"))
-    loaded = ait.load(DemoCNN().eval(), tmp_path / "ckpt", trust_native_code=True)
+    loaded = ait.load(demo_cnn()[0], tmp_path / "ckpt", trust_native_code=True)
     for batch in (1, 3, 4):
-        images = torch.randn(batch, 3, 32, 32)
-        named = feeds(config, [images])
+        batch_images = torch.randn(batch, 3, 32, 32)
+        named = feeds(config, [batch_images])
         served = package(*(named[f"ARGS[{index}]"] for index in range(len(named))))
         assert fits(config, config.output[0], served)
         with torch.no_grad():
-            torch.testing.assert_close(served, loaded(images), rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(served, loaded(batch_images), rtol=1e-4, atol=1e-5)

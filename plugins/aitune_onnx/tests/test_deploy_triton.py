@@ -18,9 +18,8 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.demo.models import DemoCNN, cnn_samples
 from aitune_core.testing.timing import FAST_PROFILE
-from aitune_core.testing.triton import feeds, fits, read_config
+from aitune_core.testing.triton import demo_cnn, feeds, fits, read_config
 from aitune_onnx import ONNXRuntimeBackend
 
 pytestmark = pytest.mark.slow
@@ -59,8 +58,8 @@ def test_the_demo_cnn_runs_from_its_triton_repository_as_the_checkpoint_does(
     tmp_path: Path, unique_name: Callable[..., str]
 ) -> None:
     name = unique_name("cnn")
-    torch.manual_seed(0)
-    tune_and_save(DemoCNN().eval(), name, lambda wrapped: wrapped, cnn_samples(4), tmp_path / "ckpt")
+    model, images = demo_cnn()
+    tune_and_save(model, name, lambda wrapped: wrapped, images, tmp_path / "ckpt")
     summary = ait.export(tmp_path / "ckpt", "triton", tmp_path / "repo")
 
     (model,) = summary.models
@@ -72,12 +71,12 @@ def test_the_demo_cnn_runs_from_its_triton_repository_as_the_checkpoint_does(
     assert config.parameters["intra_op_thread_count"].string_value == "1"
     assert model.backend == "ONNXRuntimeBackend(intra_op_num_threads=1)" and model.module == name
 
-    loaded = ait.load(DemoCNN().eval(), tmp_path / "ckpt")
+    loaded = ait.load(demo_cnn()[0], tmp_path / "ckpt")  # a fresh model: the checkpoint's weights replace its own
     for batch in (1, 3, 4):
-        images = torch.randn(batch, 3, 32, 32)
-        (served,) = run_from_repository(folder, config, [images])
+        batch_images = torch.randn(batch, 3, 32, 32)
+        (served,) = run_from_repository(folder, config, [batch_images])
         with torch.no_grad():
-            torch.testing.assert_close(served, loaded(images), rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(served, loaded(batch_images), rtol=1e-4, atol=1e-5)
 
 
 def tiny_bert() -> torch.nn.Module:

@@ -18,9 +18,8 @@ import pytest
 import torch
 
 import aitune_core as ait
-from aitune_core.demo.models import DemoCNN, cnn_samples
 from aitune_core.testing.timing import FAST_PROFILE
-from aitune_core.testing.triton import feeds, fits, read_config
+from aitune_core.testing.triton import demo_cnn, feeds, fits, read_config
 from aitune_openvino import OpenVINOBackend
 
 pytestmark = pytest.mark.slow
@@ -44,10 +43,10 @@ def test_the_demo_cnn_runs_from_its_triton_repository_as_the_checkpoint_does(
     tmp_path: Path, unique_name: Callable[..., str]
 ) -> None:
     name = unique_name("cnn")
-    torch.manual_seed(0)
-    wrapped = ait.Module(DemoCNN().eval(), name)
+    model, images = demo_cnn()
+    wrapped = ait.Module(model, name)
     strategy = ait.OneBackendStrategy(OpenVINOBackend(num_threads=1), profile=FAST_PROFILE)
-    ait.tune(wrapped, cnn_samples(4), batch_sizes=[1, 2, 4], strategy=strategy)
+    ait.tune(wrapped, images, batch_sizes=[1, 2, 4], strategy=strategy)
     ait.save(wrapped, tmp_path / "ckpt")
     del wrapped
     gc.collect()  # the name is free again for the fresh model the checkpoint loads into
@@ -63,9 +62,9 @@ def test_the_demo_cnn_runs_from_its_triton_repository_as_the_checkpoint_does(
     parameters = {key: value.string_value for key, value in config.parameters.items()}
     assert parameters == {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": "1"}
 
-    loaded = ait.load(DemoCNN().eval(), tmp_path / "ckpt")
+    loaded = ait.load(demo_cnn()[0], tmp_path / "ckpt")
     for batch in (1, 3, 4):
-        images = torch.randn(batch, 3, 32, 32)
-        (served,) = run_from_repository(folder, config, [images])
+        batch_images = torch.randn(batch, 3, 32, 32)
+        (served,) = run_from_repository(folder, config, [batch_images])
         with torch.no_grad():
-            torch.testing.assert_close(served, loaded(images), rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(served, loaded(batch_images), rtol=1e-4, atol=1e-5)
