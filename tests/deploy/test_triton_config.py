@@ -61,6 +61,19 @@ def test_an_aot_package_is_given_whole_shapes_since_its_loader_does_not_batch_ye
     assert "m: max_batch_size 0 (Triton's torch_aoti platform does not batch requests yet" in notes[0]
 
 
+def test_a_tensor_with_no_axis_but_the_batch_is_given_one_and_reshaped(tmp_path: Path) -> None:
+    outputs = [TensorIO("score", torch.float32, (1,), (8,), 0), TensorIO("total", torch.float32, (), (), None)]
+    config, _ = written(tmp_path, model(tmp_path, "onnx", outputs=outputs))
+    assert config.max_batch_size == 0  # `total` has no batch axis: Triton cannot stack requests into it
+    score, total = config.output
+    assert (list(score.dims), score.HasField("reshape")) == ([-1], False)
+    assert (list(total.dims), list(total.reshape.shape), total.HasField("reshape")) == ([1], [], True)
+
+    batched = [TensorIO("score", torch.float32, (1,), (8,), 0)]
+    config, _ = written(tmp_path / "batched", model(tmp_path, "onnx", outputs=batched))
+    assert (config.max_batch_size, list(config.output[0].dims), list(config.output[0].reshape.shape)) == (8, [1], [])
+
+
 def test_a_batch_off_the_first_axis_is_left_to_the_client(tmp_path: Path) -> None:
     inputs = [TensorIO("x", torch.float32, (3, 1), (3, 8), 1)]
     config, notes = written(tmp_path, model(tmp_path, "onnx", inputs=inputs))

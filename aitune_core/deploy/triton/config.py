@@ -108,7 +108,10 @@ def _tensor(tensor: TensorIO, batched: bool) -> dict[str, Any]:
     dims = [-1 if tensor.varies(axis) else size for axis, size in enumerate(tensor.max_shape)]
     if batched:
         dims = dims[1:]
-    return {"name": tensor.name, "data_type": Enum(TYPES[tensor.dtype]), "dims": dims or [1]}
+    described: dict[str, Any] = {"name": tensor.name, "data_type": Enum(TYPES[tensor.dtype]), "dims": dims or [1]}
+    if not dims:  # a scalar (or a batch of them): Triton's dims are never empty, so [1] is reshaped to what it is
+        described["reshape"] = {"shape": []}
+    return described
 
 
 def _parameters(values: dict[str, str]) -> list[dict[str, Any]]:
