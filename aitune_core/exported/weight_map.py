@@ -11,8 +11,9 @@ the exported values, and kept in checkpoints as plain data.
 
 :func:`constant_values` makes every mapped constant from the module's tensors now, after
 checking that the refit can be exact: the tensors have the shapes and dtypes they had,
-tensors that were exported as one constant are still equal, and tensors the graph reads
-in a form no constant can be remade from (``frozen``) have not changed. Anything else
+tensors that were exported as one constant are still equal, a constant that more than one
+source explained when exported is still made alike by all of them, and tensors the graph
+reads in a form no constant can be remade from (``frozen``) have not changed. Anything else
 raises :class:`~aitune_core.backends.base.RefitError` naming the tensor and why, and the
 caller rebuilds.
 """
@@ -87,12 +88,16 @@ class WeightMap:
     equal: groups of tensors that were equal when exported and reach the graph through one
         constant; they must still be equal for a refit.
     frozen: tensors the graph reads that no mapped constant stands for; they must not change.
+    alternatives: constant name -> the other sources that explained it when exported (a
+        BatchNorm folded into a weight, where several BatchNorms held the same values);
+        they must still make the same constant as the one in ``constants``.
     """
 
     constants: dict[str, ConstantSource] = attrs.field(factory=dict)
     tensors: dict[str, TensorRecord] = attrs.field(factory=dict)
     equal: list[list[str]] = attrs.field(factory=list)
     frozen: list[FrozenTensor] = attrs.field(factory=list)
+    alternatives: dict[str, list[ConstantSource]] = attrs.field(factory=dict)
 
     def summary(self) -> str:
         """One line for build reports: what a refit replaces and what it must find unchanged."""
@@ -102,6 +107,8 @@ class WeightMap:
             text += f", {folded} with a BatchNorm folded in"
         if self.equal:
             text += f"; {sum(len(group) for group in self.equal)} tensors in {len(self.equal)} groups must stay equal"
+        if self.alternatives:
+            text += f"; {len(self.alternatives)} constants have more than one source, which must stay alike"
         if self.frozen:
             names = ", ".join(item.name for item in self.frozen[:4]) + (", ..." if len(self.frozen) > 4 else "")
             text += f"; {len(self.frozen)} must not change ({names})"
@@ -189,7 +196,8 @@ def check_refit(weight_map: WeightMap, module: torch.nn.Module, owner: str) -> d
                 f"{name} is {tuple(tensor.shape)} {tensor.dtype}, it was {tuple(record.shape)} {record.dtype} "
                 "when exported"
             )
-    for source in weight_map.constants.values():
+    sources = [*weight_map.constants.values(), *(item for items in weight_map.alternatives.values() for item in items)]
+    for source in sources:
         if source.kind in (NORM_WEIGHT, NORM_BIAS):
             norm = batch_norm(module, source.norm)
             if norm is None:
@@ -222,7 +230,19 @@ def constant_values(weight_map: WeightMap, module: torch.nn.Module, owner: str) 
     """Every mapped constant made from ``module``'s tensors now (see the module docstring)."""
     tensors = check_refit(weight_map, module, owner)
     with torch.no_grad():
-        return {name: make_constant(source, tensors, module) for name, source in weight_map.constants.items()}
+        values = {name: make_constant(source, tensors, module) for name, source in weight_map.constants.items()}
+        disagree = [
+            name
+            for name, others in weight_map.alternatives.items()
+            if any(not torch.equal(make_constant(other, tensors, module), values[name]) for other in others)
+        ]
+    if disagree:
+        raise RefitError(
+            f"{owner} cannot take these weights: {', '.join(disagree[:4])}{', ...' if len(disagree) > 4 else ''} "
+            "could be made from more than one set of tensors when exported (equal then, such as BatchNorms at "
+            "their initial values), and those now make different values; rebuild it"
+        )
+    return values
 
 
 def weight_map_to_data(weight_map: WeightMap) -> dict[str, object]:

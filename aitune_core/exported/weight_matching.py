@@ -4,17 +4,20 @@
 for one, where it kept any) and the module whose values were exported, and explains each
 constant it can: by name when the values agree, else by value, as a copy, a transposed
 copy, or a weight or bias with a BatchNorm folded in (:mod:`.weight_map` says how each is
-made again). A constant whose values more than one tensor (or fold) explains, and which
+made again). A constant whose values more than one tensor explains as a copy, and which
 the tensors' names do not settle, is taken from the first only when the others are equal
-to it; they then form a group that must stay equal. Constants nothing explains are the
+to it; they then form a group that must stay equal. One that several folds explain (the
+BatchNorms of a freshly initialized model all hold the same values) keeps every fold
+as a source: a refit makes it from the first and checks that the others still agree.
+Folds are tried along a weight's first axis (its output channels, as convolutions and
+``Linear`` weights hold them) before its second. Constants nothing explains are the
 graph's own (shapes, masks, scalars) and are kept as exported.
 
 Then the tensors no constant was mapped from: those the graph does not read (BatchNorm's
 ``num_batches_tracked`` in eval mode, a head another graph uses) are left alone, and those
 it reads are ``frozen``, with their fingerprint: folded into something no rule above
 explains, so a change to them stops a refit. So are the tensors of a constant that more
-than one explanation fits with different tensors (a bias of zeros or none, before a
-folded BatchNorm): the constant is kept as exported, and its tensors must not change.
+than :data:`MAX_ALTERNATIVES` folds explain, or that several unequal tensors copy.
 Which tensors the graph reads is found by running the module with them perturbed
 (:func:`graph_reads`), with ``torch.func.functional_call``, which leaves the module's own
 tensors untouched.
@@ -45,6 +48,10 @@ from aitune_core.exported.weight_map import (
     named_tensors,
 )
 
+SCALE_TENSORS = ("weight", "running_var")
+"""What a BatchNorm folded into a weight contributes: its scale, ``weight / sqrt(running_var + eps)``."""
+MAX_ALTERNATIVES = 32
+"""Sources kept for one constant that several explain; past this many it is left unmapped and its tensors frozen."""
 MAX_SINGLE_PROBES = 64
 """Tensors probed one at a time when a probe of all of them together shows the graph reads some;
 past this many, the rest are taken as read (frozen), which is safe and only stricter."""
@@ -95,6 +102,7 @@ def map_constants(module: torch.nn.Module, constants: Mapping[str, Constant], re
         tensors={name: TensorRecord(list(tensors[name].shape), tensors[name].dtype) for name in sorted(matcher.read)},
         equal=[group for group in matcher.groups if len(group) > 1],
         frozen=frozen,
+        alternatives=matcher.alternatives,
     )
 
 
@@ -143,6 +151,7 @@ class _Matcher:
         self.sources: dict[str, ConstantSource] = {}
         self.read: set[str] = set()
         self.groups: list[list[str]] = []
+        self.alternatives: dict[str, list[ConstantSource]] = {}
         self.pinned: set[str] = set()
         """Tensors a constant was made from in a way that more than one explanation fits: they must not change."""
         self._group_of: dict[str, list[str]] = {}
@@ -220,75 +229,84 @@ class _Matcher:
         self._add(key, source, candidates)
 
     def _explain_fold(self, key: str, value: torch.Tensor, hint: str | None) -> None:
-        """A weight or bias with a BatchNorm folded in: each (tensor, norm) pair whose fold gives ``value``."""
+        """A weight or bias with a BatchNorm folded in: every (tensor, norm) pair whose fold gives ``value``."""
+        found = self._weight_folds(value, hint) or self._bias_folds(value, hint)
+        if not found:
+            return
+        reads = [name for _, names in found for name in names]
+        if len(found) > MAX_ALTERNATIVES:
+            self.pinned.update(reads)
+            return
+        self._add(key, found[0][0], reads)
+        if len(found) > 1:
+            self.alternatives[key] = [source for source, _ in found[1:]]
+
+    def _weight_folds(self, value: torch.Tensor, hint: str | None) -> list[tuple[ConstantSource, list[str]]]:
         shape, dtype = list(value.shape), value.dtype
-        found: list[tuple[ConstantSource, list[str]]] = []
         weights = [hint] if hint is not None and self.tensors[hint].dim() >= 2 else self._by_numel[value.numel()]
-        for name in weights:
-            weight = self.tensors[name]
-            if weight.dim() < 2 or not weight.is_floating_point():
-                continue
-            for axis in (0, 1):
+        weights = [name for name in weights if self.tensors[name].dim() >= 2 and self.tensors[name].is_floating_point()]
+        for axis in (0, 1):
+            found = []
+            for name in weights:
+                weight = self.tensors[name]
                 for path, norm in self._norms_of(weight.shape[axis]):
                     if _close(fold_weight(weight, norm, axis, norm.eps), value):
                         source = ConstantSource(
                             NORM_WEIGHT, shape, dtype, tensor=name, norm=path, axis=axis, eps=norm.eps
                         )
-                        found.append((source, [name, *self._norm_tensors(path)]))
+                        found.append((source, [name, *self._norm_tensors(path, SCALE_TENSORS)]))
+            if found:
+                return found
+        return []
+
+    def _bias_folds(self, value: torch.Tensor, hint: str | None) -> list[tuple[ConstantSource, list[str]]]:
+        shape, dtype = list(value.shape), value.dtype
+        biases: list[str | None] = [None, *(b for b in self._biases if self.tensors[b].numel() == value.numel())]
+        if hint is not None and self.tensors[hint].dim() == 1:
+            biases = [hint]
+        found = []
         for path, norm in self._norms_of(value.numel()):
-            biases: list[str | None] = [None, *(b for b in self._biases if self.tensors[b].numel() == value.numel())]
-            if hint is not None and self.tensors[hint].dim() == 1:
-                biases = [hint]
             for bias in biases:
                 if _close(fold_bias(None if bias is None else self.tensors[bias], norm, norm.eps), value):
                     source = ConstantSource(NORM_BIAS, shape, dtype, tensor=bias or "", norm=path, eps=norm.eps)
-                    found.append((source, [*([bias] if bias else []), *self._norm_tensors(path)]))
-        if found and not self._interchangeable([reads for _, reads in found]):
-            self.pinned.update(name for _, names in found for name in names)
-        elif found:
-            source, reads = found[0]
-            for position, name in enumerate(reads):
-                group = self._group(name)
-                for _, other in found[1:]:
-                    if other[position] not in group:
-                        group.append(other[position])
-            self._add(key, source, [name for _, names in found for name in names])
+                    found.append((source, [*([bias] if bias else []), *self._norm_tensors(path, NORM_TENSORS)]))
+        return found
 
     def _norms_of(self, channels: int) -> list[tuple[str, torch.nn.modules.batchnorm._BatchNorm]]:
         return [(path, norm) for path, norm in self._norms.items() if norm.num_features == channels]
 
-    def _norm_tensors(self, path: str) -> list[str]:
-        return [f"{path}.{part}" for part in NORM_TENSORS if f"{path}.{part}" in self.tensors]
-
-    def _interchangeable(self, reads: list[list[str]]) -> bool:
-        """Whether every explanation reads tensors equal, place by place, to the first's (so any of them is right)."""
-        first = reads[0]
-        for other in reads[1:]:
-            if len(other) != len(first):
-                return False
-            for name, alternative in zip(first, other, strict=True):
-                a, b = self.tensors[name], self.tensors[alternative]
-                if a.shape != b.shape or a.dtype != b.dtype or not torch.equal(a, b):
-                    return False
-        return True
+    def _norm_tensors(self, path: str, parts: Sequence[str]) -> list[str]:
+        """The BatchNorm's tensors a fold reads: a weight's only its scale, so that a norm whose shift no
+        constant holds (an optimizer dropped a bias of zeros) leaves its bias and mean to be frozen."""
+        return [f"{path}.{part}" for part in parts if f"{path}.{part}" in self.tensors]
 
 
 def graph_reads(run: Callable[[dict[str, torch.Tensor]], Sequence[torch.Tensor]], module: torch.nn.Module) -> Probe:
     """A :data:`Probe` from ``run(overrides)``, the graph's flat outputs with some tensors of ``module`` replaced.
 
-    Each probed tensor is replaced by a perturbed copy (noise for floats, +1 for integers,
-    negation for booleans); the graph reads them when the outputs change, or when the run
-    fails with them. A tensor of another kind is taken as read.
+    Whether the graph reads a tensor depends on the values around it: after a BatchNorm
+    whose weight is zero (as ``zero_init`` leaves a residual block's last one), nothing
+    before it reaches the output. So every floating-point tensor is first moved to a
+    random point near its value (variances kept positive), where no weight is exactly
+    zero; a probed tensor is then perturbed again there (noise for floats, +1 for
+    integers, negation for booleans), and the graph reads it when the outputs change, or
+    when the run fails. A tensor of another kind is taken as read.
     """
     tensors = named_tensors(module)
-    with torch.no_grad():
-        baseline = [output.detach() for output in run({})]
     generator = torch.Generator().manual_seed(0)
+    canonical = set(_canonical_names(tensors).values())
+    generic: dict[str, torch.Tensor] = {}
+    for name in sorted(canonical):
+        moved = _generic(name, tensors[name], generator)
+        if moved is not None:
+            generic[name] = moved
+    with torch.no_grad():
+        baseline = [output.detach() for output in run(generic)]
 
     def reads(names: Collection[str]) -> bool:
-        overrides = {}
+        overrides = dict(generic)
         for name in names:
-            perturbed = _perturbed(tensors[name], generator)
+            perturbed = _perturbed(overrides.get(name, tensors[name]), generator)
             if perturbed is None:
                 return True
             overrides[name] = perturbed
@@ -302,13 +320,27 @@ def graph_reads(run: Callable[[dict[str, torch.Tensor]], Sequence[torch.Tensor]]
     return reads
 
 
+def _noise(tensor: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(tensor.shape, generator=generator, dtype=torch.float32).to(tensor.device)
+
+
+def _generic(name: str, tensor: torch.Tensor, generator: torch.Generator) -> torch.Tensor | None:
+    """``tensor`` moved to a random point near it: no value exactly zero, a variance still positive."""
+    if not tensor.is_floating_point() or tensor.numel() == 0:
+        return None
+    values = tensor.float()
+    spread = float(values.std()) if tensor.numel() > 1 else 0.0
+    noise = _noise(tensor, generator) * (spread + 0.1)
+    moved = values.abs() + 0.5 + noise.abs() if name.endswith("running_var") else values + noise
+    return moved.to(tensor.dtype)
+
+
 def _perturbed(tensor: torch.Tensor, generator: torch.Generator) -> torch.Tensor | None:
     if tensor.dtype == torch.bool:
         return ~tensor
     if tensor.is_floating_point():
-        noise = torch.randn(tensor.shape, generator=generator, dtype=torch.float32)
         scale = float(tensor.float().abs().mean()) + 1.0 if tensor.numel() else 1.0
-        return tensor + (noise * scale).to(device=tensor.device, dtype=tensor.dtype)
+        return tensor + (_noise(tensor, generator) * scale).to(tensor.dtype)
     if tensor.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8):
         return tensor + 1
     return None

@@ -117,3 +117,64 @@ def test_equal_tensors_exported_as_one_constant_must_stay_equal() -> None:
         model[1].bias.fill_(0.25)
     with pytest.raises(RefitError, match=r"0\.bias and 1\.bias were equal when exported"):
         constant_values(weight_map, model, "test")
+
+
+class TwoBlocks(torch.nn.Module):
+    """Two convolutions of one shape, each before a BatchNorm at its initial values; the second norm weighs zero."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(4, 4, 3, padding=1, bias=False)
+        self.norm1 = torch.nn.BatchNorm2d(4)
+        self.conv2 = torch.nn.Conv2d(4, 4, 3, padding=1, bias=False)
+        self.norm2 = torch.nn.BatchNorm2d(4)
+        torch.nn.init.zeros_(self.norm2.weight)  # as zero_init leaves a residual block's last norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.norm2(self.conv2(torch.relu(self.norm1(self.conv1(x)))))
+
+
+def folded_weights(model: TwoBlocks) -> dict[str, Constant]:
+    """The convolutions' weights with their norms folded in, and no bias: an optimizer drops a bias of zeros."""
+    constants = {}
+    with torch.no_grad():
+        for index, (conv, norm) in enumerate(((model.conv1, model.norm1), (model.conv2, model.norm2))):
+            scale = norm.weight / torch.sqrt(norm.running_var + norm.eps)
+            constants[f"w{index}"] = Constant((conv.weight * scale.reshape(-1, 1, 1, 1)).clone())
+    return constants
+
+
+def test_a_fold_several_norms_explain_is_refitted_while_they_agree() -> None:
+    torch.manual_seed(0)
+    model = TwoBlocks().eval()
+    weight_map = map_constants(model, folded_weights(model), reads=None)
+    # Folded with norm2's zero weight, w1 is zeros: conv1's weight or conv2's explains it.
+    assert [(source.tensor, source.norm) for source in weight_map.alternatives["w1"]] == [("conv2.weight", "norm2")]
+    assert weight_map.constants["w1"].tensor == "conv1.weight" and "w0" not in weight_map.alternatives
+
+    torch.manual_seed(1)
+    model.load_state_dict(TwoBlocks().state_dict())  # another seed: new convolutions, norm2 still zero
+    values = constant_values(weight_map, model, "test")
+    for name, constant in folded_weights(model).items():
+        torch.testing.assert_close(values[name], constant.value, rtol=1e-6, atol=1e-7, msg=name)
+
+    with torch.no_grad():
+        model.norm2.weight.fill_(2.0)  # conv1 and conv2 now make different values: which was it?
+    with pytest.raises(RefitError, match="w1 could be made from more than one set of tensors"):
+        constant_values(weight_map, model, "test")
+
+
+def test_the_probe_sees_a_tensor_that_a_zero_weight_hides_now() -> None:
+    torch.manual_seed(0)
+    model = TwoBlocks().eval()
+    x = torch.randn(1, 4, 5, 5)
+
+    def run(overrides: dict[str, torch.Tensor]) -> tuple[torch.Tensor]:
+        return (torch.func.functional_call(model, overrides, (x,)),)
+
+    reads = graph_reads(run, model)
+    assert reads(["norm1.bias"])  # norm2's zero weight hides it at these values, not at others
+    assert not reads(["norm1.num_batches_tracked"])
+    weight_map = map_constants(model, folded_weights(model), reads=reads)
+    frozen = {item.name for item in weight_map.frozen}
+    assert {"norm1.bias", "norm1.running_mean", "norm2.bias", "norm2.running_mean"} <= frozen  # no constant holds them
