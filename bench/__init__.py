@@ -36,6 +36,7 @@ SUITES: dict[str, str] = {
     "accuracy": "bench.accuracy",
     "cache_bound": "bench.cache_bound",
     "spot_check": "bench.spot_check",
+    "ray_serve": "bench.ray_serve",
 }
 
 

@@ -30,7 +30,7 @@ from aitune_core.profiling.idle import wait_until_idle
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
-UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9, "MiB": 1.0}
+UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9, "MiB": 1.0, "req/s": 1.0, "requests": 1.0, "x": 1.0}
 """Scale from what a Result holds (seconds; MiB for sizes) to its unit."""
 
 

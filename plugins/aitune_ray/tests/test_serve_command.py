@@ -69,11 +69,11 @@ def setup(num_cpus: float, num_gpus: float = 0.0) -> ReplicaSetup:
 
 
 def test_replicas_that_cannot_all_be_placed_are_refused_with_the_fix() -> None:
-    _check_room(_Cluster(CPU=2.0), setup(1.0), replicas=2)
-    with pytest.raises(ServeError, match=r"3 replica\(s\) of 1 CPU\(s\) each need 3 CPUs.*fewer --replicas"):
-        _check_room(_Cluster(CPU=2.0), setup(1.0), replicas=3)
+    _check_room(_Cluster(CPU=2.0), [(setup(1.0), 2)])
+    with pytest.raises(ServeError, match=r"3 replica\(s\) need 3 CPUs.*has 2: ask for fewer --replicas"):
+        _check_room(_Cluster(CPU=2.0), [(setup(1.0), 2), (setup(1.0), 1)])
     with pytest.raises(ServeError, match="tuned on CUDA: 1 replica"):
-        _check_room(_Cluster(CPU=2.0), setup(1.0, num_gpus=1.0), replicas=1)
+        _check_room(_Cluster(CPU=2.0), [(setup(1.0, num_gpus=1.0), 1)])
 
 
 def _lines(stream: Any, into: queue.Queue[str]) -> None:

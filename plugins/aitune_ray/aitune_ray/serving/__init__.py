@@ -7,7 +7,15 @@ command. Importing this package imports neither Ray nor Ray Serve; Ray Serve's H
 libraries come with the ``serve`` extra (``pip install 'aitune-ray[serve]'``).
 """
 
-from aitune_ray.serving.launch import LocalServer, ServeError, serve_locally
+from aitune_ray.serving.launch import LocalServer, ServeError, serve_applications, serve_locally
 from aitune_ray.serving.settings import ReplicaSetup, ServeSettings, replica_setup
 
-__all__ = ["LocalServer", "ReplicaSetup", "ServeError", "ServeSettings", "replica_setup", "serve_locally"]
+__all__ = [
+    "LocalServer",
+    "ReplicaSetup",
+    "ServeError",
+    "ServeSettings",
+    "replica_setup",
+    "serve_applications",
+    "serve_locally",
+]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,25 +93,41 @@ def serve_locally(
     The replicas import from this process's ``sys.path``, where the factory's module must be found.
     Raises ServeError, FactoryError or CheckpointError naming the fix; nothing is left running.
     """
-    settings = attrs.evolve(settings, checkpoint=str(Path(settings.checkpoint).expanduser().resolve()))
-    plan = ait.serving_plan(settings.checkpoint)
-    try:
-        setup = replica_setup(settings, plan)
-    except ValueError as error:
-        raise ServeError(str(error)) from None
-    resolve_factory(settings.factory)  # a typo fails here, before Ray starts
+    with serve_applications({APP_NAME: settings}, port, num_cpus=num_cpus) as servers:
+        yield servers[APP_NAME]
+
+
+@contextlib.contextmanager
+def serve_applications(
+    applications: Mapping[str, ServeSettings],
+    port: int = DEFAULT_PORT,
+    *,
+    num_cpus: int | None = None,
+) -> Iterator[dict[str, LocalServer]]:
+    """As :func:`serve_locally`, for several applications on one Ray: each at ``/NAME/`` (a single one at ``/``).
+
+    Comparing two applications this way (the tuned and the eager, say) times both with the
+    same Ray, proxy and client, one loaded at a time.
+    """
+    prepared = {name: _prepared(settings) for name, settings in applications.items()}
+    for settings, _, _ in prepared.values():
+        resolve_factory(settings.factory)  # a typo fails here, before Ray starts
     ray = start_local_ray(num_cpus)
     try:
         from ray import serve
 
         from aitune_ray.serving.app import application
 
-        _check_room(ray, setup, settings.replicas)
+        _check_room(ray, [(setup, settings.replicas) for settings, _, setup in prepared.values()])
         serve.start(http_options={"host": LOOPBACK, "port": port}, proxy_location="HeadOnly")
-        handle = serve.run(application(setup, settings.replicas), name=APP_NAME, route_prefix="/")
-        url = f"http://{LOOPBACK}:{port}/"
-        get_logger().info("serving", url=url, checkpoint=settings.checkpoint, replicas=settings.replicas)
-        yield LocalServer(url, setup, plan, handle)
+        servers = {}
+        for name, (settings, plan, setup) in prepared.items():
+            prefix = "/" if len(prepared) == 1 else f"/{name}"
+            handle = serve.run(application(setup, settings.replicas), name=name, route_prefix=prefix)
+            url = f"http://{LOOPBACK}:{port}{prefix.rstrip('/')}/"
+            get_logger().info("serving", url=url, checkpoint=settings.checkpoint, replicas=settings.replicas)
+            servers[name] = LocalServer(url, setup, plan, handle)
+        yield servers
     finally:
         with contextlib.suppress(Exception):
             from ray import serve
@@ -120,16 +136,29 @@ def serve_locally(
         ray.shutdown()
 
 
-def _check_room(ray: Any, setup: ReplicaSetup, replicas: int) -> None:
-    """Replicas that cannot all be placed would leave the application starting forever: say so now."""
+def _prepared(settings: ServeSettings) -> tuple[ServeSettings, ait.ServingPlan, ReplicaSetup]:
+    """The settings with the checkpoint's absolute path (replicas run elsewhere), its plan and the replicas' setup."""
+    settings = attrs.evolve(settings, checkpoint=str(Path(settings.checkpoint).expanduser().resolve()))
+    plan = ait.serving_plan(settings.checkpoint)
+    try:
+        return settings, plan, replica_setup(settings, plan)
+    except ValueError as error:
+        raise ServeError(str(error)) from None
+
+
+def _check_room(ray: Any, needs: Sequence[tuple[ReplicaSetup, int]]) -> None:
+    """Replicas that cannot all be placed would leave an application starting forever: say so now."""
     resources = ray.cluster_resources()
     cpus, gpus = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
-    if replicas * setup.num_cpus > cpus:
+    replicas = sum(count for _, count in needs)
+    wanted_cpus = sum(setup.num_cpus * count for setup, count in needs)
+    wanted_gpus = sum(setup.num_gpus * count for setup, count in needs)
+    if wanted_cpus > cpus:
         raise ServeError(
-            f"{replicas} replica(s) of {setup.num_cpus:g} CPU(s) each need {replicas * setup.num_cpus:g} CPUs, and "
-            f"this machine's Ray has {cpus:g}: ask for fewer --replicas or --threads"
+            f"{replicas} replica(s) need {wanted_cpus:g} CPUs (their tuned threads), and this machine's Ray has "
+            f"{cpus:g}: ask for fewer --replicas or --threads"
         )
-    if replicas * setup.num_gpus > gpus:
+    if wanted_gpus > gpus:
         raise ServeError(
             f"the checkpoint was tuned on CUDA: {replicas} replica(s) need a GPU each, and this machine's Ray has "
             f"{gpus:g}; ask for fewer --replicas"
