@@ -51,12 +51,14 @@ def test_weights_changed_during_a_background_refit_discard_it_and_it_starts_agai
     x = torch.randn(2, WIDTH)
     run(wrapped, x)  # sees the new weights and starts the refit, which stops half-way
     assert PausingRefitBackend.entered.wait(30)
-    model.load_state_dict(new_weights(model, seed=2))
+    latest = new_weights(model, seed=2)
+    model.load_state_dict(latest)  # the user's write during the refit: kept, never put back
     torch.testing.assert_close(run(wrapped, x), run(model, x), rtol=0, atol=0)
     PausingRefitBackend.proceed.set()
     report = ait.wait_for_refit(wrapped, timeout=WAIT_S)
     assert report is not None and report.discarded == 1
     assert [row.outcome for row in report.routes] == ["refitted"]
+    assert all(torch.equal(model.state_dict()[key], value) for key, value in latest.items())
     calls = backend.calls
     torch.testing.assert_close(run(wrapped, x), run(model, x))
     assert backend.calls == calls + 1 and backend.refits == 2
