@@ -1,6 +1,7 @@
 """Refit against rebuild: how long a backend takes to serve new weights, both ways, in one process.
 
-For each backend that refits (ONNX Runtime, OpenVINO) and each model (a small ResNet-like
+For each backend that refits (ONNX Runtime, OpenVINO; AOT Inductor and TorchAO int8wo
+with ``--backends inductor_aot,torchao``) and each model (a small ResNet-like
 CNN with BatchNorms, and a tiny BERT when transformers is installed), the backend is
 built once; then each round loads a differently seeded copy of the weights into the
 model and times, in alternating order, ``backend.refit(model)`` and a rebuild (a fresh
@@ -105,6 +106,14 @@ MODELS: dict[str, tuple[Callable[[int], torch.nn.Module], Callable[[int], Any]]]
 
 
 def _backend(name: str) -> Backend:
+    if name == "inductor_aot":
+        from aitune_inductor import TorchInductorAotBackend
+
+        return TorchInductorAotBackend()
+    if name == "torchao":
+        from aitune_torchao import TorchAOBackend
+
+        return TorchAOBackend(preset="int8wo")
     if name == "onnxruntime":
         from aitune_onnx import ONNXRuntimeBackend
 
