@@ -45,15 +45,17 @@ def tuned_backend() -> ait.Backend:
     return ait.TorchEagerBackend()
 
 
-def tuned_cnn_checkpoint(folder: Path, name: str, backend: ait.Backend | None = None) -> tuple[Path, nn.Module]:
-    """The demo CNN tuned with ``backend`` (:func:`tuned_backend`) at batch 1 to 8 on one thread, saved in
-    ``folder``; and an eager copy of it."""
+def tuned_cnn_checkpoint(
+    folder: Path, name: str, backend: ait.Backend | None = None, threads: int = 1
+) -> tuple[Path, nn.Module]:
+    """The demo CNN tuned with ``backend`` (:func:`tuned_backend`) at batch 1 to 8 on ``threads`` threads, saved
+    in ``folder``; and an eager copy of it."""
     torch.manual_seed(0)
     model = build_cnn()
     eager = copy.deepcopy(model)
     strategy = ait.OneBackendStrategy(backend or tuned_backend(), profile=FAST_PROFILE)
     wrapped = ait.Module(model, name, strategy=strategy)
-    ait.tune(wrapped, cnn_samples(8), batch_sizes=SIZES, threads=1)
+    ait.tune(wrapped, cnn_samples(8), batch_sizes=SIZES, threads=threads)
     ait.save(wrapped, folder)
     return folder, eager
 

@@ -1,9 +1,10 @@
 """The Ray Serve application, real: the demo CNN tuned, saved and served over HTTP on 127.0.0.1.
 
-One Ray of its own (``serve_locally``) serves the checkpoint for the whole module, with
-one replica of one CPU. Batches wait up to 20 s to fill, and every test that reaches the
-model sends exactly the 8 rows of the largest tuned batch at once: a batch then runs as
-soon as it is full, so which requests share a call never depends on the machine's speed.
+One Ray of its own (``serve_locally``) with three CPUs serves the checkpoint for the whole
+module, with one replica; tuned at two threads, the replica asks Ray for two CPUs.
+Batches wait up to 20 s to fill, and every test that reaches the model sends exactly the
+8 rows of the largest tuned batch at once: a batch then runs as soon as it is full, so
+which requests share a call never depends on the machine's speed.
 """
 
 from __future__ import annotations
@@ -25,14 +26,16 @@ pytest.importorskip("starlette", reason="Ray Serve's HTTP libraries: pip install
 pytestmark = pytest.mark.slow
 
 WAIT_MS = 20_000.0
+TUNED_THREADS = 2
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalServer, nn.Module]]:
     config.cache_dir = tmp_path_factory.mktemp("cache")
-    checkpoint, eager = tuned_cnn_checkpoint(tmp_path_factory.mktemp("served") / "ckpt", "served_cnn_app")
+    folder = tmp_path_factory.mktemp("served") / "ckpt"
+    checkpoint, eager = tuned_cnn_checkpoint(folder, "served_cnn_app", threads=TUNED_THREADS)
     settings = ServeSettings(str(checkpoint), "serve_models:build_cnn", max_wait_ms=WAIT_MS)
-    with serve_locally(settings, free_port(), num_cpus=2) as server:
+    with serve_locally(settings, free_port(), num_cpus=TUNED_THREADS + 1) as server:
         yield server, eager
 
 
@@ -115,10 +118,10 @@ def test_replicas_are_sized_from_the_tuning(served: tuple[LocalServer, nn.Module
     server, _ = served
     status, stats = post(server.url, b"", method="GET")
     assert status == 200
-    assert (stats["serving"], stats["max_batch_size"], stats["threads"]) == ("tuned", 8, 1)
+    assert (stats["serving"], stats["max_batch_size"], stats["threads"]) == ("tuned", 8, TUNED_THREADS)
     assert stats["batch_wait_timeout_s"] == pytest.approx(WAIT_MS / 1000)
-    assert server.setup.actor_options() == {"num_cpus": 1.0}
-    assert ray.available_resources().get("CPU", 0.0) == pytest.approx(1.0)  # the replica holds one of the two
+    assert server.setup.actor_options() == {"num_cpus": float(TUNED_THREADS)}
+    assert ray.available_resources().get("CPU", 0.0) == pytest.approx(1.0)  # the replica holds two of the three
 
 
 def test_the_server_listens_on_loopback_only(served: tuple[LocalServer, nn.Module]) -> None:
