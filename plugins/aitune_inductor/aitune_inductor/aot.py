@@ -142,7 +142,7 @@ class TorchInductorAotBackend(Backend):
         self._layout = CallLayout.of_call(context.signature, args, kwargs)
         self._weights = None
         try:
-            self._load()
+            self._load(serve=False)
             try:
                 self._weights = self._read_weights(context, used, others, options)
             except aot_weights.WeightlessMismatch as error:
@@ -154,7 +154,7 @@ class TorchInductorAotBackend(Backend):
                 self._release_model()
                 package = self._compile(program, context, options)
                 compiled = time.perf_counter()
-                self._load()
+                self._load(serve=False)
                 self._weights = self._read_weights(context, used, others, options)
             self._serve_weights()
             for _, arguments in calls:
@@ -215,8 +215,12 @@ class TorchInductorAotBackend(Backend):
             )
         return program, args, kwargs
 
-    def _load(self) -> None:
-        """Load the package; this never compiles (the .so inside is used as it is)."""
+    def _load(self, serve: bool = True) -> None:
+        """Load the package; this never compiles (the .so inside is used as it is).
+
+        serve: point a package without weights at the module's tensors (a build first
+        describes them, with ``serve=False``).
+        """
 
         if self._package is None:
             raise RuntimeError(f"{self.describe()} has no package to load; build it or restore it from a checkpoint")
@@ -227,12 +231,19 @@ class TorchInductorAotBackend(Backend):
         scratch = self.context.cache_dir if self.context is not None else None
         self._release_model()  # a reload unpacks afresh; the previous copy goes now
         self._model = load_package(self._package, index, scratch)
-        if self._weights is not None:
-            try:
+        if not serve:
+            return
+        try:
+            if aot_weights.reads_module_weights(self._model) and (self._weights is None or self._weights.in_package):
+                raise RuntimeError(
+                    f"{self.describe()}: the package reads its weights from the module, but its stored state does "
+                    "not say which; it cannot run without them (build it again)"
+                )
+            if self._weights is not None:
                 self._serve_weights()
-            except BaseException:
-                self._release_model()
-                raise
+        except BaseException:
+            self._release_model()
+            raise
 
     def _serve_weights(self) -> None:
         """Point a package compiled without weights at the module's tensors."""
@@ -408,6 +419,10 @@ class PackageRunner:
         remove = getattr(keep_alive, "remove", None)
         if callable(remove):
             remove()
+
+    def get_metadata(self) -> dict[str, str]:
+        """What the package was compiled with (its device, and metadata given at compile time)."""
+        return dict(self._live().get_metadata())
 
     def get_constant_fqns(self) -> list[str]:
         """The names (in the module's ``state_dict``) of the tensors the package reads as constants."""

@@ -44,6 +44,9 @@ from aitune_core.plugin_api import RefitError, dtype_from_str
 WEIGHTLESS = {"aot_inductor.package_constants_in_so": False}
 """The compile option of a package that reads its weights from the module."""
 
+READS_MODULE = ("aitune_weights", "module")
+"""The metadata entry such a package carries, so that it is never run without its weights given."""
+
 KEEP_CONSTANTS = {"always_keep_tensor_constants": True}
 """Keep every weight a constant the package reads, never a number inlined into a kernel."""
 
@@ -139,7 +142,18 @@ def compile_options(user_options: Mapping[str, Any] | None, weightless: bool) ->
     options = dict(user_options or {})
     if any(name in options for name in USER_WEIGHT_OPTIONS):
         return options
-    return {**KEEP_CONSTANTS, **(WEIGHTLESS if weightless else {}), **options}
+    if not weightless:
+        return {**KEEP_CONSTANTS, **options}
+    return {**KEEP_CONSTANTS, **WEIGHTLESS, "aot_inductor.metadata": dict([READS_MODULE]), **options}
+
+
+def reads_module_weights(model: Any) -> bool:
+    """Whether a loaded package was compiled to read its weights from the module (its metadata says so)."""
+    get_metadata = getattr(model, "get_metadata", None)
+    if not callable(get_metadata):
+        return False
+    key, value = READS_MODULE
+    return bool(get_metadata().get(key) == value)
 
 
 def can_read_module_weights() -> bool:

@@ -127,3 +127,15 @@ def test_a_package_holding_its_weights_takes_new_ones_by_copy(tmp_path: Path) ->
         assert_serves_eager(backend, context)
     finally:
         backend.deactivate()
+
+
+def test_a_package_whose_weights_are_not_described_refuses_to_load(
+    built: TorchInductorAotBackend, context: BuildContext
+) -> None:
+    """The package carries a mark that it reads the module's tensors: without them described it would read nothing."""
+    data = built.to_dict()
+    del data["extra"]["weights"]
+    restored = TorchInductorAotBackend.from_dict(data)
+    assert not restored.can_refit() and "older aitune-inductor" in restored.refit_refusal
+    with pytest.raises(RuntimeError, match="reads its weights from the module"):
+        restored.activate(context)

@@ -71,6 +71,7 @@ def test_the_users_weight_options_win() -> None:
     assert aot_weights.compile_options(None, weightless=True) == {
         "always_keep_tensor_constants": True,
         "aot_inductor.package_constants_in_so": False,
+        "aot_inductor.metadata": {"aitune_weights": "module"},
     }
     assert aot_weights.compile_options({"max_autotune": True}, weightless=False) == {
         "always_keep_tensor_constants": True,

@@ -24,6 +24,7 @@ from aitune_core.testing import BackendConformance
 from aitune_core.testing.models import KeywordsAndDynamicAxisCalls
 from aitune_inductor import TorchInductorAotBackend, TorchInductorJitBackend
 from aitune_inductor.aot import PACKAGE_FILE
+from aitune_inductor.aot_weights import PackageWeights
 from aitune_inductor.call_layout import CallLayout
 
 
@@ -58,10 +59,16 @@ def _fingerprint(context: BuildContext) -> str:
     return digest.hexdigest()
 
 
+Known = tuple[Path, CallLayout | None, dict[str, Any], PackageWeights | None]
+"""A compiled package, its call layout, build info and weights."""
+
+
 class ReusingAotBackend(TorchInductorAotBackend):
     """Compiles once per (graph, weights, config); see the module docstring for why."""
 
-    packages: ClassVar[dict[tuple[str, str], tuple[Path, CallLayout | None, dict[str, Any]]]] = {}
+    packages: ClassVar[
+        dict[tuple[str, str], tuple[Path, CallLayout | None, dict[str, Any], PackageWeights | None]]
+    ] = {}
 
     def _build(self, context: BuildContext) -> None:
         key = (self.key(), _fingerprint(context))
@@ -69,13 +76,13 @@ class ReusingAotBackend(TorchInductorAotBackend):
         if known is None or not known[0].is_file():
             super()._build(context)
             assert self._package is not None
-            self.packages[key] = (self._package, self._layout, dict(self.build_info))
+            self.packages[key] = (self._package, self._layout, dict(self.build_info), self._weights)
             return
         context.cache_dir.mkdir(parents=True, exist_ok=True)
         self._package = context.cache_dir / PACKAGE_FILE
         if self._package != known[0]:
             shutil.copyfile(known[0], self._package)
-        self._layout, self.build_info = known[1], dict(known[2])
+        self._layout, self.build_info, self._weights = known[1], dict(known[2]), known[3]
         self._load()
 
 
