@@ -15,8 +15,8 @@ without TensorRT.
 
 An engine built with ``refittable=True`` takes new weights without a rebuild
 (:meth:`TensorRTBackend.refit`): the build records which of the module's tensors each
-ONNX initializer was made from (aitune-onnx's :func:`~aitune_onnx.refit.weight_map_for`;
-TensorRT names weights after the initializers), and a refit makes them again from the
+ONNX initializer was made from (:mod:`aitune_trt.weights`; TensorRT names weights after
+the initializers), and a refit makes them again from the
 module, hands them to a ``trt.Refitter`` and writes the plan again, so that checkpoints
 carry the new weights.
 """
@@ -51,7 +51,6 @@ from aitune_core.plugin_api.exported import (
 )
 from aitune_onnx.export import ExportedModel
 from aitune_onnx.exported_graph import ONNXExportedGraphBackend
-from aitune_onnx.refit import weight_map_for
 from aitune_trt.availability import tensorrt_availability
 from aitune_trt.config import TensorRTBackendConfig
 from aitune_trt.deployable import tensorrt_deployable
@@ -59,6 +58,7 @@ from aitune_trt.options import BuildOptions, BuildResult
 from aitune_trt.precision import Capabilities, CastModule, PrecisionPlan, plan_precision, tolerances_for
 from aitune_trt.profiles import TensorRTProfile, profiles_from_json, profiles_to_json, resolve_profiles
 from aitune_trt.runner import EngineSession, RefittableSession, TensorRTRunner
+from aitune_trt.weights import engine_weight_map
 
 ENGINE_ARTIFACT = "engine"
 PROFILES_ARTIFACT = "profiles"
@@ -200,7 +200,7 @@ class TensorRTBackend(ONNXExportedGraphBackend):
             self._no_refit = f"the engine was built from the model cast to {precision.export_dtype}"
             return
         try:
-            self._weight_map = weight_map_for(exported.path, context)
+            self._weight_map = engine_weight_map(exported.path, context)
         except Exception as error:
             self._no_refit = f"its weights could not be mapped ({type(error).__name__}: {error})"
             get_logger().warning("refit unavailable", backend=self.describe(), reason=self._no_refit)
