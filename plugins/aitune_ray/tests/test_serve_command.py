@@ -76,6 +76,20 @@ def test_replicas_that_cannot_all_be_placed_are_refused_with_the_fix() -> None:
         _check_room(_Cluster(CPU=2.0), [(setup(1.0, num_gpus=1.0), 1)])
 
 
+@pytest.mark.slow
+def test_a_replica_that_cannot_build_the_model_is_reported_with_its_error(
+    eager_checkpoint: tuple[Path, torch.nn.Module], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ray
+
+    code = serve_command(checkpoint=str(eager_checkpoint[0]), factory="serve_models:not_a_model", port=free_port())
+    said = capsys.readouterr().err.strip().splitlines()[-1]  # after Ray's own log lines
+    assert code == 1
+    assert said.startswith("aitune serve: the application did not start")
+    assert "returned a dict; it must return the torch.nn.Module that was tuned" in said
+    assert not ray.is_initialized()
+
+
 def _lines(stream: Any, into: queue.Queue[str]) -> None:
     for line in stream:
         into.put(line)

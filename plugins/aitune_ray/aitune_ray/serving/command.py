@@ -81,21 +81,22 @@ def serve_command(
     except (ServeError, FactoryError, CheckpointError, ValueError) as error:
         print(f"aitune serve: {' '.join(str(error).split())}", file=sys.stderr)
         return 1
-    except RuntimeError as error:  # Serve could not start the application (a replica failed to load, say)
-        print(f"aitune serve: the application did not start: {' '.join(str(error).split())[:4000]}", file=sys.stderr)
-        return 1
     print("Stopped.", file=out, flush=True)
     return 0
 
 
 def wait_for_stop() -> None:
-    """Block until Ctrl-C (SIGINT) or SIGTERM."""
+    """Block until Ctrl-C (SIGINT) or SIGTERM.
+
+    Both get a handler of their own: a process started in the background by a shell
+    inherits SIGINT ignored, and Python then raises no KeyboardInterrupt for it.
+    """
     stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {number: signal.signal(number, lambda *_: stop.set()) for number in signals}
     try:
         while not stop.wait(0.5):
             pass
-    except KeyboardInterrupt:
-        pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)

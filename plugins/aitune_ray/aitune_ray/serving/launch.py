@@ -113,27 +113,43 @@ def serve_applications(
     for settings, _, _ in prepared.values():
         resolve_factory(settings.factory)  # a typo fails here, before Ray starts
     ray = start_local_ray(num_cpus)
+    serving = False
     try:
         from ray import serve
 
         from aitune_ray.serving.app import application
 
         _check_room(ray, [(setup, settings.replicas) for settings, _, setup in prepared.values()])
+        serving = True
         serve.start(http_options={"host": LOOPBACK, "port": port}, proxy_location="HeadOnly")
         servers = {}
         for name, (settings, plan, setup) in prepared.items():
             prefix = "/" if len(prepared) == 1 else f"/{name}"
-            handle = serve.run(application(setup, settings.replicas), name=name, route_prefix=prefix)
+            try:
+                handle = serve.run(application(setup, settings.replicas), name=name, route_prefix=prefix)
+            except RuntimeError as error:
+                raise ServeError(f"the application did not start: {error} {_why_not(serve, name)}") from None
             url = f"http://{LOOPBACK}:{port}{prefix.rstrip('/')}/"
             get_logger().info("serving", url=url, checkpoint=settings.checkpoint, replicas=settings.replicas)
             servers[name] = LocalServer(url, setup, plan, handle)
         yield servers
     finally:
-        with contextlib.suppress(Exception):
-            from ray import serve
+        if serving:
+            with contextlib.suppress(Exception):
+                from ray import serve
 
-            serve.shutdown()
+                serve.shutdown()
         ray.shutdown()
+
+
+def _why_not(serve: Any, name: str) -> str:
+    """The last line of what Serve says about each deployment of application ``name``: a replica's error, say."""
+    try:
+        overview = serve.status().applications[name]
+    except Exception:  # the status itself is out of reach: the error raised says what it can
+        return ""
+    lines = [status.message.strip().splitlines()[-1] for status in overview.deployments.values() if status.message]
+    return f"(a replica's error: {'; '.join(lines)[:2000]})" if lines else ""
 
 
 def _prepared(settings: ServeSettings) -> tuple[ServeSettings, ait.ServingPlan, ReplicaSetup]:
