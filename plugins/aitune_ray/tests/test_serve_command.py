@@ -50,6 +50,21 @@ def test_a_factory_that_cannot_be_imported_stops_before_ray_starts(
     assert not ray.is_initialized()
 
 
+def test_a_port_in_use_is_refused_before_ray_starts(
+    eager_checkpoint: tuple[Path, torch.nn.Module], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ray
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = serve_command(checkpoint=str(eager_checkpoint[0]), factory="serve_models:build_cnn", port=port)
+    assert code == 1
+    assert f"aitune serve: cannot serve on 127.0.0.1:{port}: Address already in use" in capsys.readouterr().err
+    assert not ray.is_initialized()
+
+
 def test_a_missing_checkpoint_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert serve_command(checkpoint=str(tmp_path / "nothing"), factory="serve_models:build_cnn", port=1) == 1
     error = capsys.readouterr().err.strip()

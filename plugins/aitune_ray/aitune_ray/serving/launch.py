@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -112,6 +113,7 @@ def serve_applications(
     prepared = {name: _prepared(settings) for name, settings in applications.items()}
     for settings, _, _ in prepared.values():
         resolve_factory(settings.factory)  # a typo fails here, before Ray starts
+    _check_port(port)
     ray = start_local_ray(num_cpus)
     serving = False
     try:
@@ -121,7 +123,13 @@ def serve_applications(
 
         _check_room(ray, [(setup, settings.replicas) for settings, _, setup in prepared.values()])
         serving = True
-        serve.start(http_options={"host": LOOPBACK, "port": port}, proxy_location="HeadOnly")
+        try:
+            serve.start(http_options={"host": LOOPBACK, "port": port}, proxy_location="HeadOnly")
+        except RuntimeError as error:  # the proxy's own error, as Ray raises it from the actor
+            last = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            raise ServeError(
+                f"Serve's HTTP proxy did not start on {LOOPBACK}:{port} ({last}); try another --port"
+            ) from None
         servers = {}
         for name, (settings, plan, setup) in prepared.items():
             prefix = "/" if len(prepared) == 1 else f"/{name}"
@@ -140,6 +148,16 @@ def serve_applications(
 
                 serve.shutdown()
         ray.shutdown()
+
+
+def _check_port(port: int) -> None:
+    """Refuse a port another process listens on now, before Ray starts (Serve's proxy would fail to bind it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((LOOPBACK, port))
+        except OSError as error:
+            raise ServeError(f"cannot serve on {LOOPBACK}:{port}: {error.strerror}; choose another --port") from None
 
 
 def _why_not(serve: Any, name: str) -> str:
