@@ -400,7 +400,9 @@ class PackageRunner:
 
     The call's input and output tree specs are parsed once, at load, rather than on
     every call. ``keep_alive`` is what the loader still reads from (the unpacked
-    folder, where CUDA kernels are loaded on first use); it goes with the runner.
+    folder, where CUDA kernels are loaded on first use); it goes with the runner. A
+    package compiled to read its weights from the module runs only once it was given
+    them (:meth:`load_constants`); before, it would read memory it was never given.
     """
 
     def __init__(self, loader: Any, keep_alive: object = None) -> None:
@@ -411,6 +413,7 @@ class PackageRunner:
         self._keep_alive = keep_alive
         self._in_spec = pytree.treespec_loads(in_spec)
         self._out_spec = pytree.treespec_loads(out_spec)
+        self._unready = aot_weights.reads_module_weights(loader)
 
     def close(self) -> None:
         """Free the loaded package now, rather than whenever the last reference to this runner goes."""
@@ -433,6 +436,7 @@ class PackageRunner:
     ) -> None:
         """Give the package constants by name: copied in, or read in place when ``user_managed``."""
         self._live().load_constants(constants, False, check_full_update, user_managed)
+        self._unready = False
 
     def _live(self) -> Any:
         if self._loader is None:
@@ -443,8 +447,10 @@ class PackageRunner:
         import torch.utils._pytree as pytree
         from torch.export._tree_utils import reorder_kwargs
 
-        if self._loader is None:
-            raise RuntimeError("this package was released; activate its backend again to run it")
+        if self._unready or self._loader is None:
+            if self._loader is None:
+                raise RuntimeError("this package was released; activate its backend again to run it")
+            raise RuntimeError("this package reads its weights from the module and was given none (load_constants)")
         leaves = pytree.tree_leaves((args, reorder_kwargs(kwargs, self._in_spec)))
         flat = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         return pytree.tree_unflatten(self._loader.boxed_run(flat), self._out_spec)

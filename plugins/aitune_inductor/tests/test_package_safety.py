@@ -215,6 +215,10 @@ def test_a_torch_that_reads_only_zip_files_gets_a_clean_copy(
     monkeypatch.setattr(aot, "_folder_loader", lambda tree, index: None)
     model = load_package(built.package_path, -1, tmp_path / "scratch")
     x = torch.randn(3, 8)
+    with pytest.raises(RuntimeError, match="reads its weights from the module and was given none"):
+        model(x)
+    weights = mlp_context.module.state_dict()
+    model.load_constants({name: weights[name] for name in model.get_constant_fqns()}, check_full_update=True)
     with torch.no_grad():
         torch.testing.assert_close(model(x), mlp_context.module(x))
     assert list((tmp_path / "scratch").iterdir()) == [], "torch extracted the clean copy; aitune's is gone"
