@@ -33,6 +33,7 @@ from aitune_core.exported.names import io_names, sanitize, unique_names
 from aitune_core.exported.quiet import quiet_export
 from aitune_core.exported.weight_map import (
     ConstantSource,
+    TensorRecord,
     WeightMap,
     constant_values,
     named_tensors,
@@ -50,6 +51,7 @@ __all__ = [
     "IOLayout",
     "LayoutNotSerializable",
     "OutputMismatchError",
+    "TensorRecord",
     "WeightMap",
     "check_layout_fits_graph",
     "constant_values",

@@ -42,7 +42,7 @@ from aitune_onnx.deployable import onnx_deployable
 from aitune_onnx.export import data_file_name
 from aitune_onnx.export_cache import link_or_copy
 from aitune_onnx.exported_graph import ONNXExportedGraphBackend
-from aitune_onnx.refit import describe_map, weight_map_for, write_refitted
+from aitune_onnx.refit import describe_map, prepare, save_model, write_refitted
 from aitune_onnx.session import PROVIDER_DEVICES, OrtRunner, default_provider, provider_availability
 
 _FALSE_TEXT = ("0", "false", "False")
@@ -137,24 +137,37 @@ class ONNXRuntimeBackend(ONNXExportedGraphBackend):
         self._model_path = exported.path
         self._data_path = exported.external_data
         self._data_location = None if exported.external_data is None else exported.external_data.name
+        rewrites = self._prepare_refit(context)
         self._load()
         assert self._runner is not None
-        self._map_weights(context)
         self.build_info = {
             **exported.summary(),
             "providers": ", ".join(self._runner.providers),
             **describe_map(self._weight_map, self._no_refit),
         }
+        if rewrites:
+            self.build_info["refit_rewrites"] = rewrites
 
-    def _map_weights(self, context: BuildContext) -> None:
-        """Record which tensors each initializer holds; without it the backend cannot refit, and says why."""
+    def _prepare_refit(self, context: BuildContext) -> str:
+        """Record which tensors each initializer holds, serving the model rewritten for it where the map asks.
+
+        Without a map the backend cannot refit, and says why; the exported model then serves as it is.
+        """
         assert self._model_path is not None
         try:
-            self._weight_map = weight_map_for(self._model_file(), context)
+            prepared = prepare(self._model_file(), context)
+            if prepared.model is not None:
+                external = self._data_path is not None
+                folder = context.cache_dir / f"refittable-{uuid.uuid4().hex}"
+                self._model_path, self._data_path = save_model(prepared.model, folder, MODEL_FILE, external)
+                self._data_location = None if self._data_path is None else self._data_path.name
         except Exception as error:
             self._weight_map = None
             self._no_refit = f"its weights could not be mapped ({type(error).__name__}: {error})"
             get_logger().warning("refit unavailable", backend=self.describe(), reason=self._no_refit)
+            return ""
+        self._weight_map = prepared.weight_map
+        return prepared.rewrites
 
     def _load(self) -> None:
         """Create the session from the files; this never exports."""

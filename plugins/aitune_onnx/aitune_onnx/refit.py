@@ -1,12 +1,14 @@
 """Refit for ONNX Runtime: the exported model with new weights, and a session made from it, without exporting again.
 
-At build time :func:`weight_map_for` reads the exported model's initializers and finds
+At build time :func:`prepare` reads the exported model's initializers and finds
 which of the module's tensors each was made from (the core's
 :func:`~aitune_core.plugin_api.exported.map_constants`). The dynamo exporter names an
 initializer after its tensor (``module.<name>``, the flat adapter's prefix) where it
 keeps it as is, and keeps the name when its optimizer folds a BatchNorm into the
 convolution or Gemm before it; other initializers (a Linear's weight transposed for a
-MatMul, tensors equal to another and exported as one) are found by value.
+MatMul, tensors equal to another and exported as one) are found by value. Where the
+optimizer kept one initializer for several equal tensors or dropped a bias of zeros, the
+model is rewritten first, computing the same values (:mod:`aitune_onnx.refittable`).
 
 A refit (:func:`write_refitted`) writes the model again with the initializers made from
 the module's tensors now, all weights in one external data file beside it, into a folder
@@ -28,6 +30,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import torch
 
 from aitune_core.plugin_api import BuildContext
@@ -41,13 +44,12 @@ from aitune_core.plugin_api.exported import (
     named_tensors,
 )
 from aitune_onnx.export import INLINE_BYTES, data_file_name
+from aitune_onnx.refittable import MODULE_PREFIX, restore_biases, separate_shared, settle_folds
 from aitune_onnx.session import ONNX_TYPES
 
 if TYPE_CHECKING:
     import onnx
 
-MODULE_PREFIX = "module."
-"""The flat adapter's attribute for the module: the dynamo exporter names weights ``module.<name>``."""
 _PAGE = 4096
 _LARGE = 1024 * 1024
 """Tensors this large start on a page in the data file, smaller ones on 64 bytes (as ``onnx`` aligns them)."""
@@ -55,22 +57,78 @@ _TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "doubl
 _TORCH_TYPES = {code: dtype for dtype, code in ONNX_TYPES.items()}
 
 
+@attrs.define
+class Prepared:
+    """What a build records for refit: the weight map, and the model rewritten to fit it (None: the export as is)."""
+
+    weight_map: WeightMap
+    model: onnx.ModelProto | None
+    rewrites: str
+
+
 def weight_map_for(model_path: Path, context: BuildContext) -> WeightMap:
-    """Which tensors of the context's module each initializer of the exported model holds."""
+    """Which tensors of the context's module each initializer of the exported model, as it is, holds."""
+    return prepare(model_path, context, rewrite=False).weight_map
+
+
+def prepare(model_path: Path, context: BuildContext, rewrite: bool = True) -> Prepared:
+    """Which tensors of the context's module each initializer of the exported model holds.
+
+    With ``rewrite``, where the optimizer kept one initializer for several equal tensors,
+    or dropped a bias of zeros, the model is rewritten so that each tensor has its own
+    initializer (:mod:`aitune_onnx.refittable`); the rewritten model computes the same values.
+    """
     import onnx
 
     model = onnx.load(str(model_path))  # with its external data, read from beside it
-    names = set(named_tensors(context.module))
-    constants = {}
+    tensors = named_tensors(context.module)
+    values = {}
     for initializer in model.graph.initializer:
         value = initializer_tensor(initializer)
         if value is not None:
-            constants[initializer.name] = Constant(value, _tensor_name(initializer.name, names))
-    del model
+            values[initializer.name] = value
+    separated = separate_shared(model, tensors, values) if rewrite else {}
+    values.update({new: values[old] for new, old in separated.items()})
+    constants = {name: Constant(value, _tensor_name(name, set(tensors))) for name, value in values.items()}
+    del values
     adapter, inputs, _, _ = flat_inputs(
         context.module, context.graph_spec, context.samples, context.signature, context.device
     )
-    return map_constants(context.module, constants, graph_reads(flat_run(adapter, inputs), context.module))
+    reads = graph_reads(flat_run(adapter, inputs), context.module)
+    weight_map = map_constants(context.module, constants, reads)
+    weight_map, settled = settle_folds(model, weight_map)
+    restored = 0
+    if rewrite:
+        weight_map, restored = restore_biases(model, weight_map, tensors)
+    rewrites = []
+    if separated:
+        rewrites.append(f"{len(separated)} initializers shared by equal tensors separated")
+    if restored:
+        rewrites.append(f"{restored} dropped biases of zeros restored")
+    if settled:
+        rewrites.append(f"{settled} folds settled by the scope of their node")
+    return Prepared(weight_map, model if separated or restored else None, "; ".join(rewrites))
+
+
+def save_model(model: onnx.ModelProto, folder: Path, model_file: str, external: bool) -> tuple[Path, Path | None]:
+    """``folder/model_file``, with its weights in one data file beside it when ``external``."""
+    import onnx
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / model_file
+    if not external:
+        onnx.save_model(model, str(path))
+        return path, None
+    data = folder / data_file_name(path)
+    onnx.save_model(
+        model,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=data.name,
+        size_threshold=INLINE_BYTES,
+    )
+    return path, data if data.is_file() else None
 
 
 def _tensor_name(initializer: str, names: set[str]) -> str | None:

@@ -132,22 +132,19 @@ class TwinBiases(torch.nn.Module):
         return self.last(torch.relu(self.second(torch.relu(self.first(x)))))
 
 
-def test_tensors_exported_as_one_must_stay_equal(tmp_path: Path) -> None:
+def test_tensors_exported_as_one_get_one_initializer_each(tmp_path: Path) -> None:
     torch.manual_seed(0)
     context = record(TwinBiases().eval(), mlp_call, (2, 4), tmp_path)
     backend = ONNXRuntimeBackend().build(context)
+    assert backend.build_info["refit_rewrites"] == "1 initializers shared by equal tensors separated"
     model = context.module
     with torch.no_grad():
-        model.first.weight.mul_(-1)
         model.first.bias.fill_(0.25)
-        model.second.bias.fill_(0.25)
-    backend.refit(model)  # still equal: one initializer still stands for both
-    _assert_serves_eager(backend, context)
-
-    with torch.no_grad():
         model.second.bias.fill_(-0.5)
-    with pytest.raises(RefitError, match=r"first\.bias and second\.bias were equal when exported.*now differ"):
-        backend.refit(model)
+
+    backend.refit(model)
+
+    _assert_serves_eager(backend, context)
 
 
 class SlicedTable(torch.nn.Module):
@@ -177,3 +174,86 @@ def test_a_weight_folded_beyond_recognition_stops_a_refit_when_it_changes(tmp_pa
         model.table[4] += 1
     with pytest.raises(RefitError, match="table changed, but the exported graph holds it only folded"):
         backend.refit(model)
+
+
+class FreshEncoder(torch.nn.Module):
+    """Initialized as transformers initializes: LayerNorm weights ones, LayerNorm and Linear biases zeros.
+
+    The optimizer exports the equal tensors as one initializer each and drops the head's
+    bias of zeros; training then moves them all apart.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Linear(8, 16)
+        self.norm1 = torch.nn.LayerNorm(16)
+        self.feed = torch.nn.Linear(16, 16)
+        self.norm2 = torch.nn.LayerNorm(16)
+        self.head = torch.nn.Linear(16, 4)
+        for layer in (self.embed, self.feed, self.head):
+            torch.nn.init.zeros_(layer.bias)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        hidden = self.norm1(self.embed(tokens))
+        hidden = self.norm2(hidden + torch.relu(self.feed(hidden)))
+        return self.head(hidden[:, 0])
+
+
+def _tokens(batch: int) -> tuple[tuple[torch.Tensor], dict[str, torch.Tensor]]:
+    return (torch.randn(batch, 5, 8),), {}
+
+
+def test_a_fresh_model_refits_after_training_steps(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    context = record(FreshEncoder().eval(), _tokens, (2, 4), tmp_path)
+    backend = ONNXRuntimeBackend().build(context)
+    assert "separated" in backend.build_info["refit_rewrites"] and "restored" in backend.build_info["refit_rewrites"]
+    model = context.module
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    model.train()
+    for _ in range(3):
+        (tokens,), _ = _tokens(4)
+        model(tokens).pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+    assert not torch.equal(model.norm1.weight, model.norm2.weight) and bool(model.head.bias.count_nonzero())
+
+    backend.refit(model)
+
+    _assert_serves_eager(backend, context)
+
+
+class FreshBlocks(torch.nn.Module):
+    """Two convolutions of one shape, each with a BatchNorm at its initial values: their folds look alike."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.norm1 = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.norm2 = torch.nn.BatchNorm2d(8)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        hidden = torch.relu(self.norm1(self.conv1(images)))
+        return torch.relu(self.norm2(self.conv2(hidden))).mean((2, 3))
+
+
+def test_batch_norms_at_their_initial_values_refit_to_trained_ones(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    context = record(FreshBlocks().eval(), cnn_call, (2, 4), tmp_path)
+    backend = ONNXRuntimeBackend().build(context)
+    assert "settled" in backend.build_info["refit_rewrites"]
+    torch.manual_seed(1)
+    trained = FreshBlocks().eval()
+    with torch.no_grad():
+        for norm in (trained.norm1, trained.norm2):
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.uniform_(-0.5, 0.5)
+            norm.running_mean.uniform_(-0.5, 0.5)
+            norm.running_var.uniform_(0.5, 2.0)
+    context.module.load_state_dict(trained.state_dict())
+
+    backend.refit(context.module)
+
+    _assert_serves_eager(backend, context)
