@@ -27,6 +27,7 @@ copy of the weights with optimizations on: fused and pre-packed kernels hold the
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -144,8 +145,11 @@ def initializer_tensor(initializer: onnx.TensorProto) -> torch.Tensor | None:
     if dtype is None:
         return None
     shape = tuple(initializer.dims)
-    if initializer.raw_data:
-        return torch.frombuffer(bytearray(initializer.raw_data), dtype=dtype).reshape(shape)
+    raw = initializer.raw_data  # a bytes object of its own: the tensor below keeps it alive
+    if raw:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # not writable: the values are only compared and copied
+            return torch.frombuffer(raw, dtype=dtype).reshape(shape)
     try:
         return torch.from_numpy(numpy_helper.to_array(initializer).copy()).to(dtype).reshape(shape)
     except (TypeError, ValueError):
