@@ -290,7 +290,9 @@ def graph_reads(run: Callable[[dict[str, torch.Tensor]], Sequence[torch.Tensor]]
     random point near its value (variances kept positive), where no weight is exactly
     zero; a probed tensor is then perturbed again there (noise for floats, +1 for
     integers, negation for booleans), and the graph reads it when the outputs change, or
-    when the run fails. A tensor of another kind is taken as read.
+    when the run fails. A tensor of another kind is taken as read. Every tensor is passed
+    as a copy, so that even a submodule that updates a buffer in place (a BatchNorm left
+    in training mode) leaves the module's own untouched.
     """
     tensors = named_tensors(module)
     generator = torch.Generator().manual_seed(0)
@@ -298,8 +300,7 @@ def graph_reads(run: Callable[[dict[str, torch.Tensor]], Sequence[torch.Tensor]]
     generic: dict[str, torch.Tensor] = {}
     for name in sorted(canonical):
         moved = _generic(name, tensors[name], generator)
-        if moved is not None:
-            generic[name] = moved
+        generic[name] = tensors[name].clone() if moved is None else moved  # in-place updates land in copies
     with torch.no_grad():
         baseline = [output.detach() for output in run(generic)]
 
