@@ -108,10 +108,12 @@ def refit_module(wrapper: Module, background: bool, stopping: Callable[[], bool]
             if guard.changed_steps and isinstance(guard, RefitGuard) and not guard.user_wrote:
                 baseline = watch.snapshot()  # the guard put a backend's writes back: the same values, new versions
             changed = baseline.weight_change() or baseline.mode_change()
-            if changed is None:
+            if changed is None and why_not(wrapper) is None:  # no tune() claimed it meanwhile
                 _install(wrapper, attempt, baseline)
                 break
             attempt.discard()
+            if changed is None:
+                continue  # the loop's first check says why it stops
             report.discarded += 1
             log.info("refit discarded", reason=changed.detail, discarded=report.discarded)
             if stopping():
