@@ -34,7 +34,9 @@ class Counted:
 
 
 @pytest.fixture
-def tuned() -> Iterator[tuple[torch.nn.Module, ait.Module, Counted]]:
+def tuned(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[torch.nn.Module, ait.Module, Counted]]:
+    # What these tests check is the eager stand-in itself, not a background refit racing it.
+    monkeypatch.setattr(ait.config, "on_weight_change", "eager")
     model = torch.nn.Sequential(
         torch.nn.Linear(8, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(), torch.nn.Dropout(0.5), torch.nn.Linear(32, 4)
     ).eval()
