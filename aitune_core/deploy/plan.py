@@ -37,7 +37,8 @@ from aitune_core.graphs.graph_spec import GraphSpec
 RANGE_POLICIES = ("widest", "each")
 FIX = (
     "tune it again with a strategy whose backends write one (e.g. MaxThroughputStrategy(backends=["
-    "ONNXRuntimeBackend(), TorchInductorAotBackend(), TorchEagerBackend()]), leaving the JIT out), or serve the "
+    "ONNXRuntimeBackend(), TorchInductorAotBackend(weights_in_package=True), TorchEagerBackend()]), leaving the "
+    "JIT out), or serve the "
     "checkpoint in Python with the Ray Serve target (aitune serve CKPT --factory pkg.mod:build)"
 )
 """What to do about a graph with no standalone artifact."""
