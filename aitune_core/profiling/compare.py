@@ -183,7 +183,7 @@ def compare(
     for variant in variants:
         timer.warm(variant.name, variant.fn, call, config.warmup_iterations)
     per_round = _calls_per_round(variants, call, batch_size, config, timer)
-    settle = min(config.settle_calls, per_round - 1)
+    settle = min(config.settle_calls, max(1, per_round - 1))
     judged = [name for name in (deciding if deciding is not None else names) if name != reference]
     least = rounds_for_an_interval(config.confidence)  # the budget never stops short of a verdict
     need = max(config.min_rounds, least)

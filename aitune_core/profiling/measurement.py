@@ -41,11 +41,14 @@ class ProfileConfig:
         in it (a preemption).
     round_time_s: about how long one variant's part of a round takes.
     settle_calls: untimed calls of each variant at the start of each of its rounds, at
-        most one fewer than the round's timed calls. The first calls after another
-        variant ran refill the caches with this one's weights, which serving one graph
-        call after call does not pay: at batch 1 of the demo MLP (8 MB of weights) the
-        first three took 1.5-5x a settled call, and eager, which follows a backend that
-        shares its weights, was favoured over every other variant.
+        most one fewer than the round's timed calls but at least one. The first calls
+        after another variant ran refill the caches with this one's weights and wake its
+        thread pool, which serving one graph call after call does not pay: at batch 1 of
+        the demo MLP (8 MB of weights) the first three took 1.5-5x a settled call, and
+        eager, which follows a backend that shares its weights, was favoured over every
+        other variant. Even a slow call needs one: at two threads, resnet18's OpenVINO
+        and ONNX Runtime pools woken for a lone timed call of batch 4 measured 0.88x and
+        0.73x eager; after one settling call, 1.70x and 1.60x (about 1.5x served).
     confidence: of the interval around each speedup (0.9 = 90%).
     stability: for a single variant's measurement, how little the median may move.
     sweep: profile at every serving batch size, not only the largest.
