@@ -28,13 +28,13 @@ from aitune_core.backends.base import Backend, BuildContext
 from aitune_core.backends.build_folders import disk_full_reason
 from aitune_core.backends.state import BackendState
 from aitune_core.evaluate.result import CandidateRejectedError, CandidateResult
-from aitune_core.evaluate.reuse import keep_build, stored_build
+from aitune_core.evaluate.reuse import keep_build, refuse_stored_build, stored_build
 from aitune_core.evaluate.session import GraphSession
 from aitune_core.guard import ModuleChangedError, ModuleGuard, ModuleRestoreError
 from aitune_core.third_party_output import ThirdPartyOutput, collected_third_party_output
 
 
-def build_candidate(session: GraphSession, blueprint: Backend, result: CandidateResult) -> Backend:
+def build_candidate(session: GraphSession, blueprint: Backend, result: CandidateResult, reuse: bool = True) -> Backend:
     """Build a fresh copy of ``blueprint``, or load its build from the store; the blueprint itself is never built."""
     backend = blueprint.blueprint()
     context = session.context(backend)
@@ -43,7 +43,7 @@ def build_candidate(session: GraphSession, blueprint: Backend, result: Candidate
     if declined is not None:
         raise CandidateDeclinedError(declined)
     context.cache_dir.mkdir(parents=True, exist_ok=True)
-    reused = stored_build(session, backend, context, result)
+    reused = stored_build(session, backend, context, result) if reuse else None
     if reused is not None:
         return reused
     session.log.info("build started", backend=result.backend)
@@ -90,6 +90,7 @@ def run_candidate(
     correctness_check: bool = True,
     raise_errors: bool = False,
     log: Any = None,
+    reuse: bool = True,
 ) -> CandidateResult:
     """Build a copy of ``blueprint`` and validate it against eager.
 
@@ -99,12 +100,16 @@ def run_candidate(
     Fills ``result`` in place. Its ``instance`` is the ACTIVE backend when every step
     passed, else None and the backend is released. With ``raise_errors``, a build or
     validation exception propagates unchanged (OneBackendStrategy wants the original).
+
+    A stored build that fails validation is refused and built here again: its key holds
+    the weights' values but not what else the module computes with (PEFT's active
+    adapter, an attribute its forward reads), so a build for another state can match.
     """
     log = log if log is not None else session.log.bind(backend=result.backend)
     backend: Backend | None = None
     stage = "build"
     try:
-        backend = build_candidate(session, blueprint, result)
+        backend = build_candidate(session, blueprint, result, reuse)
         result.instance = backend
         stage = "validation"
         if correctness_check:
@@ -139,6 +144,15 @@ def run_candidate(
         if raise_errors:
             raise
     except _ValidationFailed as failure:
+        if result.reused and backend is not None:
+            refuse_stored_build(session, backend, f"it fails validation here: {failure}")
+            result.instance = None
+            changed = release(backend, session.guard)
+            if changed is not None:  # deactivating it changed the module: not built again
+                result.status, result.stage, result.reason = "failed", changed.step, str(changed)
+                return result
+            result.reused = False
+            return run_candidate(session, blueprint, result, correctness_check, raise_errors, log, reuse=False)
         result.status, result.stage, result.reason = "rejected", stage, str(failure)
         log.warning("validation failed", reason=result.reason)
         if raise_errors:

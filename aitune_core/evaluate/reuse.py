@@ -76,6 +76,13 @@ def stored_build(
     return restored
 
 
+def refuse_stored_build(session: GraphSession, backend: Backend, reason: str) -> None:
+    """Remove the entry ``backend`` was restored from, so that the build made instead can be kept."""
+    keyed = _keys.get(backend)
+    if session.store is not None and keyed is not None:
+        session.store.refuse(keyed[0], reason, session.log)
+
+
 def keep_build(session: GraphSession, backend: Backend, result: CandidateResult) -> None:
     """Store ``backend``, built here and validated, for the next tune; a failure to store is only logged."""
     store = session.store
