@@ -15,7 +15,7 @@ costs a backend author nothing at import time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,11 @@ def _shape(value: Any) -> tuple[int, ...]:
 
 def _read_only(value: Mapping[str, Any]) -> dict[str, Any]:
     return dict(sorted(value.items()))
+
+
+def _items(value: Iterable[Any]) -> tuple[Any, ...]:
+    """``tuple`` as a converter, typed: mypy's attrs plugin cannot solve the builtin's type variable."""
+    return tuple(value)
 
 
 @attrs.frozen
@@ -97,7 +102,7 @@ class ProfileShapes:
 class OptimizationProfile:
     """One TensorRT optimization profile: a shape range for every input, in the engine's input order."""
 
-    inputs: tuple[ProfileShapes, ...] = attrs.field(converter=tuple)
+    inputs: tuple[ProfileShapes, ...] = attrs.field(converter=_items)
 
 
 @attrs.frozen
@@ -119,7 +124,7 @@ class RuntimeOptions:
     device: str = attrs.field(default="cpu", validator=attrs.validators.in_(DEVICES))
     threads: int | None = None
     precision: str = "fp32"
-    profiles: tuple[OptimizationProfile, ...] = attrs.field(default=(), converter=tuple)
+    profiles: tuple[OptimizationProfile, ...] = attrs.field(default=(), converter=_items)
     settings: Mapping[str, str] = attrs.field(factory=dict, converter=_read_only)
 
 
@@ -139,8 +144,8 @@ class Deployable:
     format: str = attrs.field(validator=attrs.validators.in_(FORMATS))
     files: Mapping[str, Path] = attrs.field(converter=_read_only)
     entry: str
-    inputs: tuple[TensorIO, ...] = attrs.field(converter=tuple)
-    outputs: tuple[TensorIO, ...] = attrs.field(converter=tuple)
+    inputs: tuple[TensorIO, ...] = attrs.field(converter=_items)
+    outputs: tuple[TensorIO, ...] = attrs.field(converter=_items)
     runtime: RuntimeOptions = attrs.field(factory=RuntimeOptions)
 
     def __attrs_post_init__(self) -> None:

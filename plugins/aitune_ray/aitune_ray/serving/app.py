@@ -81,8 +81,9 @@ class CheckpointReplica:
         self.device = torch.device(setup.device_map or "cpu")
         self.counts = Counts()
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aitune-serve")
-        self.run_batch.set_max_batch_size(setup.max_batch_size)  # type: ignore[attr-defined]
-        self.run_batch.set_batch_wait_timeout_s(setup.batch_wait_timeout_s)  # type: ignore[attr-defined]
+        batcher: Any = self.run_batch  # what @serve.batch made of it, typed or not by the installed Ray
+        batcher.set_max_batch_size(setup.max_batch_size)
+        batcher.set_batch_wait_timeout_s(setup.batch_wait_timeout_s)
 
     async def __call__(self, request: Request) -> Any:
         if request.method == "GET":
