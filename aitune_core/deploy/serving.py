@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Hashable
 from pathlib import Path
 
 import attrs
 
+from aitune_core.backends.deployable import device_of
 from aitune_core.checkpoint.files import verify
 from aitune_core.checkpoint.load import read
 from aitune_core.checkpoint.manifest import GraphEntry
@@ -105,7 +105,7 @@ def _served(module: str, graph: GraphEntry) -> ServedGraph:
         f"{route.describe()}: {route.backend.description if route.backend is not None else 'eager'}"
         for route in routes_of(graph, spec)
     )
-    return ServedGraph(module, spec.name, _device(spec), low, high, _batch_first(spec), backends)
+    return ServedGraph(module, spec.name, device_of(spec), low, high, _batch_first(spec), backends)
 
 
 def _batch_first(spec: GraphSpec) -> bool:
@@ -115,19 +115,3 @@ def _batch_first(spec: GraphSpec) -> bool:
         if axes and axes != {0: 1}:
             return False
     return True
-
-
-def _device(spec: GraphSpec) -> str:
-    """The device type the graph was tuned on, read from its key's tensor parts (``keying.tensor_key``)."""
-    found: set[str] = set()
-
-    def walk(part: Hashable) -> None:
-        if isinstance(part, tuple):
-            if len(part) == 4 and part[0] == "T" and isinstance(part[3], str):
-                found.add(part[3])
-            else:
-                for child in part:
-                    walk(child)
-
-    walk(spec.key)
-    return "cuda" if "cuda" in found else "cpu"
