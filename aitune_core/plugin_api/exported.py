@@ -31,6 +31,7 @@ from aitune_core.exported.layout import (
 )
 from aitune_core.exported.names import io_names, sanitize, unique_names
 from aitune_core.exported.quiet import quiet_export
+from aitune_core.exported.refit_folders import RefitFolders
 from aitune_core.exported.weight_map import (
     ConstantSource,
     TensorRecord,
@@ -51,6 +52,7 @@ __all__ = [
     "IOLayout",
     "LayoutNotSerializable",
     "OutputMismatchError",
+    "RefitFolders",
     "TensorRecord",
     "WeightMap",
     "check_layout_fits_graph",

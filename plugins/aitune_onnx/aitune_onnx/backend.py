@@ -31,6 +31,7 @@ from aitune_core.plugin_api import Availability, BuildContext, GraphSpec, RefitE
 from aitune_core.plugin_api.deploy import Deployable, NoDeployable
 from aitune_core.plugin_api.exported import (
     IOLayout,
+    RefitFolders,
     WeightMap,
     check_layout_fits_graph,
     constant_values,
@@ -101,8 +102,7 @@ class ONNXRuntimeBackend(ONNXExportedGraphBackend):
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
         self._weight_map: WeightMap | None = None
         self._no_refit = NO_MAP
-        self._refit_folder: Path | None = None
-        self._refit_scratch: tempfile.TemporaryDirectory[str] | None = None
+        self._refit_folders = RefitFolders("aitune-onnx-refit-")
 
     @property
     def lossy(self) -> bool:
@@ -239,7 +239,7 @@ class ONNXRuntimeBackend(ONNXExportedGraphBackend):
         """
         assert self._weight_map is not None and self._model_path is not None
         values = constant_values(self._weight_map, module, self.describe())
-        folder = self._new_refit_folder()
+        folder = self._refit_folders.new(self.context.cache_dir if self.context is not None else None)
         previous = (self._model_path, self._data_path, self._data_location, self._runner)
         try:
             model, data = write_refitted(self._model_file(), values, folder, MODEL_FILE)
@@ -252,26 +252,7 @@ class ONNXRuntimeBackend(ONNXExportedGraphBackend):
             shutil.rmtree(folder, ignore_errors=True)
             reason = f"{type(error).__name__}: {error}"
             raise RefitError(f"{self.describe()} could not take the new weights: {reason}") from error
-        self._drop_refit_folder()
-        self._refit_folder = folder
-
-    def _new_refit_folder(self) -> Path:
-        """A fresh folder for refitted files: in the build's folder, or a private temporary one when restored."""
-        if self.context is not None:
-            folder = self.context.cache_dir / f"refit-{uuid.uuid4().hex}"
-            folder.mkdir(parents=True)
-            return folder
-        if self._refit_scratch is None:
-            self._refit_scratch = tempfile.TemporaryDirectory(prefix="aitune-onnx-refit-", ignore_cleanup_errors=True)
-        folder = Path(self._refit_scratch.name) / uuid.uuid4().hex
-        folder.mkdir()
-        return folder
-
-    def _drop_refit_folder(self) -> None:
-        """Remove the files of the refit before this one, which nothing serves from any more."""
-        if self._refit_folder is not None:
-            shutil.rmtree(self._refit_folder, ignore_errors=True)
-            self._refit_folder = None
+        self._refit_folders.serve(folder)
 
     # ------------------------------------------------------------------ persistence
     def _artifact_paths(self) -> dict[str, Path | None]:

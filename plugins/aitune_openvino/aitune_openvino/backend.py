@@ -18,8 +18,6 @@ IR again with constants made from the module's tensors and compiles it (see
 from __future__ import annotations
 
 import shutil
-import tempfile
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from aitune_core.plugin_api import Availability, BuildContext, GraphSpec, RefitE
 from aitune_core.plugin_api.deploy import Deployable, NoDeployable
 from aitune_core.plugin_api.exported import (
     ExportedGraphBackend,
+    RefitFolders,
     WeightMap,
     check_layout_fits_graph,
     constant_values,
@@ -75,8 +74,7 @@ class OpenVINOBackend(ExportedGraphBackend):
         self._compiled: CompiledIR | None = None
         self._weight_map: WeightMap | None = None
         self._no_refit = NO_MAP
-        self._refit_folder: Path | None = None
-        self._refit_scratch: tempfile.TemporaryDirectory[str] | None = None
+        self._refit_folders = RefitFolders("aitune-ov-refit-")
 
     @classmethod
     def availability(cls, device: torch.device | str) -> Availability:
@@ -202,7 +200,7 @@ class OpenVINOBackend(ExportedGraphBackend):
         """
         assert self._weight_map is not None and self._xml is not None and self._bin is not None
         values = constant_values(self._weight_map, module, self.describe())
-        folder = self._new_refit_folder()
+        folder = self._refit_folders.new(self.context.cache_dir if self.context is not None else None)
         previous = (self._xml, self._bin, self._compiled)
         try:
             self._xml, self._bin = write_refitted(self._xml, self._bin, values, folder)
@@ -213,21 +211,7 @@ class OpenVINOBackend(ExportedGraphBackend):
             shutil.rmtree(folder, ignore_errors=True)
             reason = f"{type(error).__name__}: {error}"
             raise RefitError(f"{self.describe()} could not take the new weights: {reason}") from error
-        if self._refit_folder is not None:  # the refit before this one: nothing serves from it any more
-            shutil.rmtree(self._refit_folder, ignore_errors=True)
-        self._refit_folder = folder
-
-    def _new_refit_folder(self) -> Path:
-        """A fresh folder for refitted files: in the build's folder, or a private temporary one when restored."""
-        if self.context is not None:
-            folder = self.context.cache_dir / f"refit-{uuid.uuid4().hex}"
-            folder.mkdir(parents=True)
-            return folder
-        if self._refit_scratch is None:
-            self._refit_scratch = tempfile.TemporaryDirectory(prefix="aitune-ov-refit-", ignore_cleanup_errors=True)
-        folder = Path(self._refit_scratch.name) / uuid.uuid4().hex
-        folder.mkdir()
-        return folder
+        self._refit_folders.serve(folder)
 
     # ------------------------------------------------------------------ deploying
     def deployable(self, graph: GraphSpec) -> Deployable | NoDeployable:
