@@ -3,9 +3,13 @@
 All live candidates and eager are timed together in interleaved rounds at each
 serving batch size (:func:`aitune_core.profiling.compare.compare`). At each size, a
 candidate qualifies when the low end of its speedup's confidence interval clears the
-gate; the fastest qualifier wins, and among qualifiers that the measurements cannot
-tell apart the one earlier in priority order wins, so that noise does not flip the
-choice from run to run. Sizes where nothing qualifies are eager's.
+gate; the fastest qualifier wins. A qualifier that wins other sizes outright keeps a
+size from one not :data:`ONE_RUNTIME_MARGIN` faster there: one runtime's thread pool,
+memory and warm-up per graph, where a second would gain too little to measure (resnet18
+at torch's default threads: docs/benchmarks.md, "At the user's threads"). Otherwise,
+among qualifiers the measurements cannot tell apart, the one earlier in priority order
+wins, so that noise does not flip the choice from run to run.
+Sizes where nothing qualifies are eager's.
 
 The plan then merges neighbouring sizes with the same winner into batch ranges and
 keeps at most ``max_backends`` backends per graph: those that gain the most over the
@@ -138,32 +142,56 @@ Winners = dict[int | None, CandidateResult | None]
 """The winner at each batch size; None where eager serves."""
 
 
-def winner_at(
-    ranking: Ranking,
-    size: int | None,
-    contenders: list[CandidateResult],
-    order: list[CandidateResult],
-    allowed: Allowed | None = None,
-) -> CandidateResult | None:
-    """The fastest qualifier at ``size``; of those indistinguishable from it, the first in ``order``."""
-    qualified = [
+ONE_RUNTIME_MARGIN = 1.05
+"""How much faster (the low end of its interval) a backend must be to take a size from one winning others.
+
+"Winning others": other sizes of the graph, outright. Under this margin a second runtime
+in the process gains too little to pay for its thread pool, memory and warm-up, and a
+gain that small is within what a default-threads tune can measure apart on a shared CPU.
+"""
+
+
+def _qualified(
+    ranking: Ranking, size: int | None, contenders: list[CandidateResult], allowed: Allowed | None
+) -> list[CandidateResult]:
+    return [
         r
         for r in contenders
         if ranking.verdict(r, size) == "faster" and (allowed is None or allowed(r, ranking.measurement(r, size)))
     ]
+
+
+def within(
+    ranking: Ranking, size: int | None, contenders: list[CandidateResult], margin: float, allowed: Allowed | None = None
+) -> list[CandidateResult]:
+    """The fastest qualifier at ``size``, then those it is not measured ``margin`` times faster than."""
+    qualified = _qualified(ranking, size, contenders, allowed)
     if not qualified:
-        return None
+        return []
     comparison = ranking.comparisons[size]
     best = max(qualified, key=lambda r: comparison.measurement(ranking.name(r)).throughput)
-    tied = [r for r in qualified if comparison.speedup(ranking.name(best), over=ranking.name(r)).low <= 1.0]
-    return min(tied, key=order.index)
+    near = [r for r in qualified if comparison.speedup(ranking.name(best), over=ranking.name(r)).low <= margin]
+    return [best, *(r for r in near if r is not best)]
 
 
 def winners(
     ranking: Ranking, contenders: list[CandidateResult], order: list[CandidateResult], allowed: Allowed | None = None
 ) -> Winners:
-    """:func:`winner_at` every ranked size."""
-    return {size: winner_at(ranking, size, contenders, order, allowed) for size in ranking.sizes}
+    """The winner at every ranked size (see the module docstring for ties)."""
+    tied = {size: within(ranking, size, contenders, 1.0, allowed) for size in ranking.sizes}
+    outright: dict[int, int] = {}  # id(result) -> the sizes it wins with nothing tied to it
+    for found in tied.values():
+        if len(found) == 1:
+            outright[id(found[0])] = outright.get(id(found[0]), 0) + 1
+    chosen: Winners = {}
+    for size, found in tied.items():
+        near = within(ranking, size, contenders, ONE_RUNTIME_MARGIN, allowed)
+        serving_elsewhere = [r for r in near if outright.get(id(r))]
+        if serving_elsewhere:
+            chosen[size] = min(serving_elsewhere, key=lambda r: (-outright[id(r)], order.index(r)))
+        else:
+            chosen[size] = min(found, key=order.index) if found else None
+    return chosen
 
 
 def plan(

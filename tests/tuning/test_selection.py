@@ -338,6 +338,30 @@ THREE = {
 }
 
 
+def close_call(a_small: float, seed: int) -> MaxThroughputStrategy:
+    """b is 2x faster than a from batch 4 on; at batch 1 and 2, a takes ``a_small`` against b's 0.5 ms."""
+    a = {1: a_small, 2: a_small, 4: 1.0e-3, 8: 1.0e-3, 16: 1.0e-3, 32: 1.0e-3}
+    b = {1: 0.5e-3, 2: 0.5e-3, 4: 0.5e-3, 8: 0.5e-3, 16: 0.5e-3, 32: 0.5e-3}
+    timer = ScriptedTimer({EAGER: 2e-3, named("a"): by_size(a), named("b"): by_size(b)}, seed=seed, noise=0.03)
+    return MaxThroughputStrategy(two_backends(), profile=SHORT_PROFILE, timer=timer)
+
+
+@pytest.mark.parametrize("a_small", [0.5e-3, 0.49e-3])
+@pytest.mark.parametrize("seed", range(4))
+def test_a_size_won_by_a_hair_goes_to_the_backend_that_wins_the_others(unique_name, a_small, seed):
+    """a is first in priority order and as fast, or 2% faster, at batch 1-2: not worth a second runtime."""
+    module, report, route = run(unique_name, close_call(a_small, seed))
+    assert served(route) == [(1, 32, "b")]
+    assert rows_of(report)[named("a")].status == "passed"
+    assert reaches(module, route, 1) == "b"
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_size_won_by_a_clear_margin_keeps_its_own_backend(unique_name, seed):
+    _, _, route = run(unique_name, close_call(0.4e-3, seed))
+    assert served(route) == [(1, 2, "a"), (3, 32, "b")]
+
+
 def three_way(max_backends: int) -> MaxThroughputStrategy:
     timer = ScriptedTimer({EAGER: 1e-3, **{named(label): by_size(times) for label, times in THREE.items()}})
     backends = [LabelBackend(label=label) for label in THREE]
