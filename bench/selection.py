@@ -356,6 +356,7 @@ def selection(options: Options, work: Path) -> tuple[list[Result], list[dict[str
                 _say(f"{spec.name} run {index + 1}/{count}: FAILED\n{error}")
                 continue
             run["retaken"] = sum(int(n) for n in RETAKEN.findall(log))
+            (work / f"{spec.name}-run-{index + 1}.log").write_text(log)  # the tune's own log, to see why it chose
             if run["alone_paths"]:
                 run["alone"] = alone.measure(run["alone_paths"], {**job, "rounds": options.rounds(7, 3)})
                 _say(
