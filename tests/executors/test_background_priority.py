@@ -6,11 +6,12 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from aitune_core.executors.isolated.priority import step_aside, thread_limits
+from aitune_core.executors.isolated.priority import BACKGROUND_GROUPS, step_aside, thread_limits
 from aitune_core.executors.isolated.subprocess_executor import SubprocessExecutor, _child_environment, _Job
 
 CHILD = """
@@ -93,3 +94,35 @@ def test_a_background_child_is_idle_from_its_start_not_from_its_own_call(tmp_pat
     (tmp_path / "graph").mkdir()
     SubprocessExecutor(python=str(python), background=True, memory_limit_mb=None).run(_Job(tmp_path / "graph"), {})
     assert report.read_text().strip() == str(os.SCHED_IDLE)
+
+
+# Waits (at most 10 s) until the test lets it end.
+WAITER = """#!/bin/sh
+for i in $(seq 1000); do
+  [ -e GO ] && break
+  sleep 0.01
+done
+"""
+
+
+def test_a_background_child_is_listed_for_serving_calls_to_hold_while_it_runs(tmp_path: Path):
+    go = tmp_path / "go"
+    python = tmp_path / "python"
+    python.write_text(WAITER.replace("GO", str(go)))
+    python.chmod(0o755)
+    (tmp_path / "graph").mkdir()
+    before = set(BACKGROUND_GROUPS._groups)
+    executor = SubprocessExecutor(python=str(python), background=True, memory_limit_mb=None)
+    runner = threading.Thread(target=lambda: executor.run(_Job(tmp_path / "graph"), {}))
+    runner.start()
+    try:
+        for _ in range(1000):
+            if BACKGROUND_GROUPS._groups - before:
+                break
+            threading.Event().wait(0.01)
+        (group,) = BACKGROUND_GROUPS._groups - before
+        assert os.getpgid(group) == group  # the child leads its own group: a signal reaches its compilers too
+    finally:
+        go.touch()
+        runner.join(30)
+    assert BACKGROUND_GROUPS._groups == before  # gone before its id can be reused

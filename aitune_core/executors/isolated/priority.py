@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 
 def step_aside(pid: int = 0) -> str:
@@ -38,3 +39,44 @@ def step_aside(pid: int = 0) -> str:
 def thread_limits(threads: int) -> dict[str, str]:
     """Environment for a child that may use ``threads`` cores: OpenMP and Inductor's compile pool alike."""
     return {"OMP_NUM_THREADS": str(threads), "TORCHINDUCTOR_COMPILE_THREADS": str(threads)}
+
+
+class BackgroundGroups:
+    """The process groups of background builds running now, which a serving call may hold still while it runs.
+
+    Background priority is not enough beside an OpenMP team: a serving call's threads
+    that wait at a barrier yield their core, and the scheduler hands it to the runnable
+    background build until the next tick (resnet18 at two threads beside two
+    ``SCHED_IDLE`` processes: a median call of 844 ms against 11.4 ms; docs/benchmarks.md).
+    A serving process that knows when its calls run (the JIT marks them) stops these
+    groups with ``SIGSTOP`` for the length of a call and continues them after it. A group
+    whose parent process dies while stopped is continued by the kernel (an orphaned
+    process group with a stopped member is sent ``SIGHUP`` and ``SIGCONT``), so a
+    build is never left stopped for good.
+    """
+
+    def __init__(self) -> None:
+        self._groups: frozenset[int] = frozenset()  # replaced whole: readers never see a half-made set
+        self._lock = threading.Lock()
+
+    def add(self, group: int) -> None:
+        with self._lock:
+            self._groups = self._groups | {group}
+
+    def discard(self, group: int) -> None:
+        """Forget ``group``; done before the group is killed and reaped, so its id is never signalled reused."""
+        with self._lock:
+            self._groups = self._groups - {group}
+
+    def __bool__(self) -> bool:
+        return bool(self._groups)
+
+    def signal(self, signal_number: int) -> None:
+        """Send ``signal_number`` to every group; a group that just ended is skipped."""
+        for group in self._groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal_number)
+
+
+BACKGROUND_GROUPS = BackgroundGroups()
+"""The background builds of this process (children of a background subprocess executor)."""

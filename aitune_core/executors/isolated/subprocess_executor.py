@@ -52,7 +52,7 @@ from aitune_core.executors.base import DEFAULT_TIMEOUT_S
 from aitune_core.executors.isolated import memory
 from aitune_core.executors.isolated.answer import Answer, looks_out_of_memory
 from aitune_core.executors.isolated.payload import GraphPayload
-from aitune_core.executors.isolated.priority import step_aside, thread_limits
+from aitune_core.executors.isolated.priority import BACKGROUND_GROUPS, step_aside, thread_limits
 from aitune_core.executors.isolated.remote import RemoteExecutor
 from aitune_core.executors.isolated.worker import EXIT_OUT_OF_MEMORY
 
@@ -146,6 +146,7 @@ class SubprocessExecutor(RemoteExecutor):
             )
         if self.background:
             step_aside(child.pid)  # at once, not when it gets to it: its imports would compete with serving
+            BACKGROUND_GROUPS.add(child.pid)
         with job.lock:
             job.children.add(child)
             if job.cancelled:
@@ -155,6 +156,7 @@ class SubprocessExecutor(RemoteExecutor):
         finally:
             with job.lock:  # cancel() must not signal the group once the child is reaped
                 job.children.discard(child)
+            BACKGROUND_GROUPS.discard(child.pid)  # nor may a serving call
             _kill_group(child)  # its helpers: compiler workers, servers, whatever it started
             code = child.wait()
         tail = output_tail(log_path)

@@ -11,18 +11,30 @@ call, a build or validation step, the live check) in a gap between serving calls
 (:mod:`aitune_jit.pacing`). A serving call then runs beside at most the one piece that
 had started before it came.
 
-Marking costs two list operations and an event per call, and only while a tuning job
-runs: a tuned model's calls check one flag.
+Builds in child processes run at background priority, which an OpenMP team does not
+survive: its threads yield their cores at barriers and the scheduler gives them to the
+build until the next tick. So the first serving call in flight also holds the
+background builds still (:data:`~aitune_core.executors.isolated.priority.BACKGROUND_GROUPS`)
+until it ends, unless that would leave them less than :data:`BUILD_SHARE` of the time:
+a model served back to back still gets tuned.
+
+Marking costs two list operations and an event per call, and two signals while a build
+runs, and only while a tuning job runs: a tuned model's calls check one flag.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import math
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from aitune_core.executors.isolated.priority import BACKGROUND_GROUPS, BackgroundGroups
 
 SETTLE_S = 0.002
 """Quiet time after a serving call before the JIT starts work: its thread pools stop spinning meanwhile."""
@@ -30,6 +42,9 @@ WAIT_LIMIT_S = 0.05
 """The longest the JIT waits for a gap: a model served back to back still gets tuned, one piece at a time."""
 _SLICE_S = 0.005
 """How long one wait for a serving call to end lasts before the calls in flight are looked at again."""
+BUILD_SHARE = 0.1
+"""The least share of the time background builds run while calls come back to back."""
+_CAN_HOLD = hasattr(signal, "SIGSTOP") and hasattr(os, "killpg")
 
 
 class ServingCalls:
@@ -40,6 +55,7 @@ class ServingCalls:
         settle_s: float = SETTLE_S,
         wait_limit_s: float = WAIT_LIMIT_S,
         clock: Callable[[], float] = time.perf_counter,
+        builds: BackgroundGroups = BACKGROUND_GROUPS,
     ) -> None:
         self.watching = False
         """Whether serving calls are marked: only while a tuning job runs."""
@@ -53,20 +69,41 @@ class ServingCalls:
         self._idle = threading.Event()
         self.waited = threading.Event()
         """Set when the JIT first had to wait for a serving call to end (tests wait for it)."""
+        self._builds = builds
+        self._held_s = 0.0  # how long the builds were last held still
+        self._released_at = -math.inf
+        self._held_at = 0.0
 
     # ------------------------------------------------------------------ the serving side
     def serve(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``call(*args, **kwargs)``, marked in flight while it runs."""
         in_flight = self._in_flight
+        held = not in_flight and self._builds and self._hold_builds()
         in_flight.append(None)
         self._last_start = next(self._starts)
         try:
             return call(*args, **kwargs)
         finally:
             in_flight.pop()
+            if held:
+                self._release_builds()
             if not in_flight:
                 self._last_end = self._clock()
                 self._idle.set()
+
+    def _hold_builds(self) -> bool:
+        """Stop the background builds for a call, unless they would run less than :data:`BUILD_SHARE` of the time."""
+        now = self._clock()
+        if not _CAN_HOLD or (now - self._released_at) * (1 - BUILD_SHARE) < self._held_s * BUILD_SHARE:
+            return False
+        self._held_at = now
+        self._builds.signal(signal.SIGSTOP)
+        return True
+
+    def _release_builds(self) -> None:
+        self._builds.signal(signal.SIGCONT)
+        self._released_at = self._clock()
+        self._held_s = self._released_at - self._held_at
 
     @contextlib.contextmanager
     def watch(self) -> Iterator[None]:

@@ -1,0 +1,104 @@
+"""A serving call holds the background builds still while it runs, and never starves them."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from aitune_core.executors.isolated.priority import BackgroundGroups
+from aitune_jit.serving import BUILD_SHARE, ServingCalls
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs POSIX job-control signals")
+
+
+class Recorded(BackgroundGroups):
+    """Groups that only record the signals sent to them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[int] = []
+        self.add(1)
+
+    def signal(self, signal_number: int) -> None:
+        self.sent.append(signal_number)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _state(pid: int) -> str:
+    """The process's state letter from /proc (``T``: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _becomes(pid: int, wanted: set[str]) -> str:
+    deadline = time.monotonic() + 10  # a bound on waiting for the kernel, not a timing verdict
+    while (state := _state(pid)) not in wanted and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return state
+
+
+@pytest.fixture
+def build() -> Iterator[subprocess.Popen[bytes]]:
+    """A busy child in its own process group, as the subprocess executor starts a build."""
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads process states from /proc")
+def test_a_build_is_stopped_while_a_serving_call_runs_and_continues_after(build: subprocess.Popen[bytes]) -> None:
+    groups = BackgroundGroups()
+    groups.add(build.pid)
+    calls = ServingCalls(builds=groups)
+    seen = calls.serve(lambda: _becomes(build.pid, {"T", "t"}), (), {})
+    assert seen in {"T", "t"}
+    assert _becomes(build.pid, {"R", "S"}) in {"R", "S"}
+    groups.discard(build.pid)
+    assert calls.serve(lambda: _state(build.pid), (), {}) in {"R", "S"}  # a finished build is not signalled
+
+
+def test_a_serving_call_after_a_long_hold_lets_the_builds_run_their_share() -> None:
+    groups, clock = Recorded(), Clock()
+    calls = ServingCalls(clock=clock, builds=groups)
+
+    def long_call() -> None:
+        clock.now += 1.0
+
+    calls.serve(long_call, (), {})  # held 1 s
+    assert groups.sent == [signal.SIGSTOP, signal.SIGCONT]
+    clock.now += 0.05  # the builds ran 0.05 s of 1.05: under their share
+    calls.serve(lambda: None, (), {})
+    assert groups.sent == [signal.SIGSTOP, signal.SIGCONT]
+    clock.now += 1.0 * BUILD_SHARE / (1 - BUILD_SHARE)  # now they had their share
+    calls.serve(lambda: None, (), {})
+    assert groups.sent == [signal.SIGSTOP, signal.SIGCONT] * 2
+
+
+def test_nothing_is_signalled_without_builds_and_a_raising_call_still_continues_them() -> None:
+    quiet = Recorded()
+    quiet.discard(1)
+    ServingCalls(builds=quiet).serve(lambda: None, (), {})
+    assert quiet.sent == []
+    groups = Recorded()
+
+    def fails() -> None:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        ServingCalls(builds=groups).serve(fails, (), {})
+    assert groups.sent == [signal.SIGSTOP, signal.SIGCONT]
