@@ -1,7 +1,8 @@
 """``tune()``: gather real calls, key them into graphs, tune every graph, then route.
 
 1. Gathering runs ``func`` once per batch of each batch size, with the batch size in
-   the global context and gradients off. Wrapped modules record what they see.
+   the global context and gradients off, in a recording session: wrapped modules record
+   the calls it makes, and only those (and earlier runs') are tuned from.
 2. Each wrapped module is tuned on its own, the others deactivated, graph by graph,
    by its strategy.
 3. All modules are activated: calls are routed to the chosen backends.
@@ -104,10 +105,12 @@ def tune(
     Raises :class:`~aitune_core.guard.TrainingModeError` when ``func`` calls a wrapped module
     in training mode, before that call runs.
 
-    From the moment ``tune`` is called until it returns, only the calls ``func`` makes are
-    recorded: other threads calling the wrapped modules meanwhile run them (or the routes
-    they had) unrecorded. Calls made before ``tune`` are recorded as ever, from any thread;
-    ``module.deactivate()`` keeps traffic served before tuning out of the tuning data.
+    Only the calls ``func`` makes are tuned from (with what earlier ``tune`` runs gathered:
+    a re-tune keeps their graphs, and checkpoints' graphs): from the moment ``tune`` is
+    called until it returns, other threads calling the wrapped modules run them (or the
+    routes they had) unrecorded; and the calls a module recorded on its own before, from
+    any thread, are kept apart and never tuned from, so traffic served before tuning never
+    widens the tuned ranges (:mod:`aitune_core.module.recordings` says why they are kept).
     """
     if not callable(func):
         raise TypeError(f"func must be callable (a model or a function calling it), got {type(func).__name__}")

@@ -18,7 +18,8 @@ Whatever the state, calls made inside a recording session (``tune`` gathers in o
 :func:`recording_session`) are recorded. While a tuning run has claimed a module
 (:meth:`Module.start_recording`), calls from outside its session are not recorded: they
 run the module, or its routes if it has them, so another thread's traffic never becomes
-tuning data.
+tuning data. Calls recorded outside any session are kept apart from the sessions', which
+are what ``tune`` tunes from (:mod:`aitune_core.module.recordings`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from aitune_core.graphs.graph_spec import GraphSpec, Sample
 from aitune_core.log import get_logger
 from aitune_core.module.lane import single_tensor_lane
 from aitune_core.module.new_weights import respond
-from aitune_core.module.recorder import GraphRecord, GraphRecorder
+from aitune_core.module.recorder import GraphRecord
+from aitune_core.module.recordings import Recordings
 from aitune_core.module.registry import ModuleRegistry
 from aitune_core.module.router import RUN_EAGERLY, Route, UnseenCalls
 from aitune_core.module.session import current_session, open_session, sessions_open
@@ -126,7 +128,8 @@ class Module(nn.Module):
         own["_state"] = ModuleState.RECORDING
         own["_signature"] = ForwardSignature(module.forward)
         # A module's graph keys include the plugins' parts, fixed here: so wrapping loads the plugins.
-        own["_recorder"] = GraphRecorder(name, own["_signature"], ensure_plugins().graph_key_parts())
+        own["_recordings"] = recordings = Recordings(name, own["_signature"], ensure_plugins().graph_key_parts())
+        own["_recorder"] = recordings.tuning  # keys every call; holds the tuning data
         own["_routes"] = {}
         own["_lane"] = None
         own["_unseen"] = UnseenCalls()
@@ -152,11 +155,11 @@ class Module(nn.Module):
     @property
     def graph_specs(self) -> list[GraphSpec]:
         """The graphs recorded so far, in the order they were first seen."""
-        return self._recorder.graph_specs
+        return self._recordings.shown.graph_specs
 
     @property
     def graphs(self) -> dict[Hashable, GraphRecord]:
-        return self._recorder.graphs
+        return self._recordings.shown.graphs
 
     @property
     def signature(self) -> ForwardSignature:
@@ -311,10 +314,9 @@ class Module(nn.Module):
         return self._fall_back(args, kwargs, key, "this call's graph was not seen while tuning")
 
     def _unrouted(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """A call to a module that is not routing: recorded if this is tuning's to record, else run."""
-        if current_session() is not None or (self._state is ModuleState.RECORDING and not self._claims):
-            return self._recorder.record(self._inner, args, kwargs)
-        return self._inner(*args, **kwargs)
+        """A call to a module that is not routing: tuning data in a session, else recorded apart or just run."""
+        own = self._state is ModuleState.RECORDING and not self._claims
+        return self._recordings.unrouted(self._inner, args, kwargs, own)
 
     def _bypass(self, change: Change, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run a call on the original module because the backends no longer fit it; warn once per kind."""
@@ -454,7 +456,7 @@ class Module(nn.Module):
 
     @property
     def recorded_calls(self) -> int:
-        """Calls this thread recorded; ``tune`` compares it around gathering to see which modules ran.
+        """Calls this thread recorded in sessions; ``tune`` compares it around gathering to see which modules ran.
 
         Counted per thread, so a tuning run in another thread does not make this module
         look like part of this one.

@@ -59,6 +59,45 @@ def gathering_with_a_stranger(wrapped: ait.Module, model: torch.nn.Module) -> Ca
     return func
 
 
+def test_calls_served_before_tune_begins_are_not_tuned_from(unique_name: Name) -> None:
+    """Three threads serve batches 3 to 3,000 before ``tune`` is called: the module records them apart."""
+    model = mlp()
+    wrapped = ait.Module(model, unique_name("model"))
+    served = [threading.Event() for _ in range(3)]
+    errors: list[BaseException] = []
+
+    def serve(sizes: list[int], done: threading.Event) -> None:
+        try:
+            with torch.no_grad():
+                for size in sizes:
+                    wrapped(torch.randn(size, WIDTH))
+        except BaseException as error:  # handed back to the test
+            errors.append(error)
+        finally:
+            done.set()
+
+    batches = [[3, 30], [300, BIG], [BIG, 3]]
+    threads = [threading.Thread(target=serve, args=(sizes, done)) for sizes, done in zip(batches, served, strict=True)]
+    for thread in threads:
+        thread.start()
+    assert all(done.wait(timeout=60) for done in served)
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    assert max_batch(wrapped) == BIG  # a fresh wrapper shows what it recorded on its own, as ever
+    ait.tune(wrapped, samples(8), batch_sizes=[1, 2, 4, 8], strategy=one(FrozenBackend()))
+    assert max_batch(wrapped) == 8
+    backend = wrapped.backends["0"]
+    assert isinstance(backend, FrozenBackend)
+    backend.calls = 0
+    big, small = torch.randn(BIG, WIDTH), torch.randn(8, WIDTH)
+    with torch.no_grad():
+        torch.testing.assert_close(wrapped(big), model(big))
+        assert backend.calls == 0, "batch 3000 is outside the tuned range: eager serves it"
+        torch.testing.assert_close(wrapped(small), model(small))
+    assert backend.calls == 1
+
+
 def test_calls_from_another_thread_while_gathering_are_not_recorded(unique_name: Name) -> None:
     model = mlp()
     wrapped = ait.Module(model, unique_name("model"))
@@ -192,4 +231,4 @@ def test_a_dry_run_leaves_the_module_as_it_was(unique_name: Name, tuned: bool) -
     assert wrapped.state is before
     with torch.no_grad():
         in_other_thread(lambda: wrapped(torch.randn(BIG, WIDTH)))
-    assert (max_batch(wrapped) == BIG) is not tuned  # untuned modules record again once the run is over
+    assert max_batch(wrapped) < BIG  # untuned modules record again once the run is over, apart from tuning data

@@ -160,5 +160,7 @@ def test_ctrl_c_between_gathering_and_building_leaves_the_module_recording(
         elsewhere.join()
         wrapped(torch.randn(3, WIDTH))
     (graph,) = wrapped.graph_specs
-    assert graph.input_spec.tensor_data[0][1].max_shape[0] == 11, "another thread's call is recorded, as before the run"
-    assert wrapped.recorded_calls == ours + 1, "and so is this thread's"
+    assert graph.input_spec.tensor_data[0][1].max_shape[0] == 4, "another thread's call is never tuning data"
+    assert wrapped.recorded_calls == ours, "and neither is this thread's outside a tuning run"
+    (apart,) = wrapped._recordings.unsessioned.graph_specs
+    assert apart.input_spec.tensor_data[0][1].max_shape[0] == 11, "the run's claim ended: both are recorded apart"
