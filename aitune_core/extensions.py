@@ -21,11 +21,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
 KeyParts = Callable[[dict[str, Any]], Hashable | None]
+
+
+@runtime_checkable
+class DeclaredKeyParts(Protocol):
+    """Key parts that can tell, as a lane is built, whether ``model(x)`` may get a part (``aitune_graph_key_reads``)."""
+
+    def __call__(self, arguments: dict[str, Any]) -> Hashable | None: ...
+
+    def keys_lone_tensor(self, name: str) -> bool:
+        """False where no plugin may give a part to a call whose only argument is a plain tensor named ``name``."""
 
 
 class UnknownBackendError(LookupError):

@@ -8,7 +8,8 @@ and device, one dict lookup and its size ranges, which is what a lane does.
 
 A lane gives exactly what the general path gives: it exists only where a one-argument
 call binds as given (validation called the backends that way too), and where plugins
-add parts to graph keys it asks them on every call, as the key does. Anything it does
+add parts to graph keys it asks them on every call, as the key does, unless each of them
+declared that it never keys this call (``aitune_graph_key_reads``). Anything it does
 not recognize (another type, an untuned rank or dtype, a size outside the ranges, a
 tensor that requires grad while grad is on, a call a plugin keys apart) goes the
 general way, which says why it falls back.
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from aitune_core.extensions import KeyParts
+from aitune_core.extensions import DeclaredKeyParts, KeyParts
 from aitune_core.graphs.forward_signature import ForwardSignature
 from aitune_core.module.router import Route
 
@@ -86,4 +87,8 @@ def single_tensor_lane(
         entry = key[0] if isinstance(key, tuple) and len(key) == 1 else None
         if isinstance(entry, tuple) and len(entry) == 2 and entry[0] == name and route.single is not None:
             found[entry[1]] = route
-    return SingleTensorLane(name, found, key_parts) if found else None
+    if not found:
+        return None
+    if isinstance(key_parts, DeclaredKeyParts) and not key_parts.keys_lone_tensor(name):
+        key_parts = None  # asked here, once per set of routes: no plugin may key this call
+    return SingleTensorLane(name, found, key_parts)

@@ -8,15 +8,16 @@ distribution that gave it and left out, so a faulty plugin never breaks a module
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
-from typing import Any, Protocol
+from collections.abc import Collection, Hashable, Iterable
+from functools import partial
+from typing import Any, Protocol, cast
 
 import attrs
 import pluggy
 import torch
 
 from aitune_core.backends.base import Backend
-from aitune_core.extensions import KeyParts
+from aitune_core.extensions import DeclaredKeyParts
 from aitune_core.log import get_logger
 from aitune_core.plugins.containment import attributed, availability_of
 from aitune_core.plugins.named import NamedClasses
@@ -102,12 +103,14 @@ def extend_converter(registry: QueriedRegistry, converter: Any) -> None:
     registry.each_result("aitune_extend_converter", converter=converter)
 
 
-def graph_key_parts(registry: QueriedRegistry) -> KeyParts | None:
+def graph_key_parts(registry: QueriedRegistry) -> DeclaredKeyParts | None:
     """A function adding the plugins' key parts to a call's key, or None when no plugin gives any.
 
     It runs on every call of a wrapped module. It calls the hook through pluggy on each
     call, so a plugin disabled later drops out of modules wrapped before. Parts are
     ordered by plugin id, as checkpoints store them, whatever order pluggy calls in.
+    Its ``keys_lone_tensor`` is asked once per lane; plugins only ever leave a registry,
+    so the answer stays right for as long as the lane lives.
     """
     caller = registry.hook.aitune_graph_key_parts
     if not caller.get_hookimpls():
@@ -121,7 +124,31 @@ def graph_key_parts(registry: QueriedRegistry) -> KeyParts | None:
             return (attributed(found[0]),)
         return tuple(sorted(map(attributed, found), key=_plugin_id))
 
-    return key_parts
+    # An attribute of the function, not an object with __call__: that costs 600 instructions more a call.
+    key_parts.keys_lone_tensor = partial(_keys_lone_tensor, registry, caller)  # type: ignore[attr-defined]
+    return cast(DeclaredKeyParts, key_parts)
+
+
+def _keys_lone_tensor(registry: QueriedRegistry, caller: pluggy.HookCaller, name: str) -> bool:
+    """Whether a plugin may key ``model(x)``, ``x`` a plain tensor named ``name``: all may but those that declare.
+
+    A declaration (``aitune_graph_key_reads``) that is not a collection of names is logged and ignored.
+    """
+    declared = dict(registry.each_result("aitune_graph_key_reads"))
+    for implementation in caller.get_hookimpls():
+        names = declared.get(implementation.plugin_name)
+        if isinstance(names, (str, bytes)) or not isinstance(names, Collection):
+            if names is not None:
+                get_logger().warning(
+                    "invalid graph key reads, ignored",
+                    distribution=_distribution(registry, implementation.plugin_name),
+                    returned=repr(names)[:200],
+                    hint="aitune_graph_key_reads must return a collection of parameter names, or None",
+                )
+            return True
+        if name in names:
+            return True
+    return False
 
 
 def _plugin_id(part: tuple[str, Any]) -> str:

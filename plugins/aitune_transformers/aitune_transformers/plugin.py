@@ -43,3 +43,9 @@ def aitune_graph_key_parts(arguments: dict[str, Any]) -> Hashable | None:
             return None
         _registered = _register(register_container)  # transformers was imported after the plugins loaded
     return phase(arguments, _registered[:1])
+
+
+@hookimpl
+def aitune_graph_key_reads() -> tuple[str, ...]:
+    """The one plain tensor the phase reads; ``model(x)`` under any other name is never keyed (see :func:`phase`)."""
+    return ("cache_position",)
