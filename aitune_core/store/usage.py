@@ -10,17 +10,25 @@ kinds: *evictable* (removed, least recently used first, when the cache is over i
               store/searches/<key>.json              -                       -
               store/staging/<pid>-<random>           its writer lives        its writer is gone
     builds    builds/<identity>/<pid>-<random>       its process lives       its process is gone
-    exports   exports/<key>           (aitune-onnx)  ``.``-names: written    -
+    exports   exports/<key>           (aitune-onnx)  -                       -
+              exports/.<key>.<pid>-<random>          its writer lives        its writer is gone
     loaded    loaded/<kind>-<pid>-<random>           its process lives       its process is gone
     jit       jit/<checkpoint>        (aitune-jit)   ``.``-names: saved      -
     inductor  inductor/<record>  (aitune-inductor)   -                       -
     other     anything else                          always                  -
 
 Units that are evictable are used again by reading them (an entry's ``used`` file is
-touched when it is loaded; others count from when they were written). ``other`` holds
-what aitune cannot tell the owner of (a cluster executor's fetched artifacts, folders
-of older versions): it is counted and shown, and removed only by hand. A folder whose
-name carries no pid (written by an older aitune) counts as in use.
+touched when it is loaded; others count from when they were written). A build folder
+is also where a cluster executor writes the artifacts it fetches from its workers
+(``aitune-ray``): named after the driver's pid, they go as the driver's own builds do.
+``other`` holds what aitune cannot tell the owner of (folders of older versions, such
+as the fetched artifacts they kept under ``<module>/<graph>/builds``): it is counted
+and shown, and removed only by hand. A folder whose name carries no pid (written by an
+older aitune) counts as in use: that includes an export's pid-less ``.``-name, which
+older versions wrote while exporting. Its writer cannot be told apart from one still
+running on an older version, and no age bound fits every export (a large model
+exports for many minutes), so it is left for ``aitune cache list`` to show; no new
+ones are written, so what is left of them does not grow.
 
 Sizes count each file once, however many hard links the cache holds to it (ONNX
 exports are hard-linked into build folders), so evicting a unit frees only the bytes
@@ -58,6 +66,8 @@ Status = Literal["evictable", "in use", "garbage"]
 Inode = tuple[int, int]
 
 _LOADED_NAME = re.compile(r"^[a-z]+-(\d+)-")
+_WRITING_NAME = re.compile(r"^\.[^.]+\.(\d+)-")
+"""``.<key>.<pid>-<random>``: a unit its writer is putting together (or removing) under a name of its own."""
 
 
 @attrs.frozen
@@ -155,7 +165,9 @@ def _units_of(top: Path, own_unheld: bool) -> Iterator[Unit]:
             yield _owned(LOADED, child, _loaded_owner(child), "deployed from a checkpoint")
     elif part in (EXPORTS, JIT, INDUCTOR):
         for child in _children(top):
-            if child.name.startswith("."):
+            if part == EXPORTS and child.name.startswith("."):
+                yield _owned(EXPORTS, child, _writer(child), "being written or removed")
+            elif child.name.startswith("."):
                 yield Unit(part, child, "in use", why="being written or removed")
             else:
                 yield Unit(part, child, "evictable", last_used=_last_written(child))
@@ -209,6 +221,11 @@ def _owned(part: str, path: Path, pid: int | None, doing: str) -> Unit:
     if pid_alive(pid):
         return Unit(part, path, "in use", why=f"{doing} by a running process (pid {pid})")
     return Unit(part, path, "garbage", why=f"its process (pid {pid}) is gone")
+
+
+def _writer(path: Path) -> int | None:
+    found = _WRITING_NAME.match(path.name)
+    return int(found.group(1)) if found else None
 
 
 def _loaded_owner(path: Path) -> int | None:

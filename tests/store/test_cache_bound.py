@@ -230,6 +230,23 @@ def test_hard_links_are_counted_once(tmp_path: Path) -> None:
     assert usage.total == 10_000
 
 
+def test_an_export_being_written_goes_once_its_writer_is_gone(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    writing = {
+        f".key.{GONE}-abc": "garbage",  # a killed writer's
+        f".key.{os.getpid()}-abc": "in use",  # this process writes it now
+        ".key.k3x9q0ab": "in use",  # an older aitune's: no pid to tell whether its writer lives
+    }
+    for name in writing:
+        (root / "exports" / name).mkdir(parents=True)
+        (root / "exports" / name / "model.onnx").write_bytes(b"\0" * 1000)
+    usage = scan(root)
+    assert {unit.path.name: unit.status for unit in usage.units} == writing
+    tidied = eviction.tidy(root, cap=0)
+    assert [unit.path.name for unit, _ in tidied.removed] == [f".key.{GONE}-abc"]
+    assert sorted(path.name for path in (root / "exports").iterdir()) == sorted(list(writing)[1:])
+
+
 def test_the_cap_settings_and_their_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (config.cache_max_mb, config.store_max_mb) == (10240, None)
     store = ArtifactStore.of_config()

@@ -10,7 +10,10 @@ beside the ``builds`` folder (:mod:`aitune_core.backends.build_folders`). The ke
 (:mod:`aitune_onnx.export_key`) covers everything that decides the exported bytes.
 
 An entry is written in a private staging folder and renamed into place in one step,
-so readers see a whole entry or none. Two builds that export the same key at once both
+so readers see a whole entry or none. The staging folder (and an entry being removed)
+is named ``.<key>.<pid>-<random>`` after the process writing it, so that what a killed
+process left half written is garbage to the cache once that process is gone
+(:mod:`aitune_core.store.usage`). Two builds that export the same key at once both
 succeed and the first rename wins. A reader trusts nothing it finds: ``entry.json``
 records the sha256 of each file, and the files are checked once linked into the
 build's folder. An entry that fails the check (a disk error, a hand edit, a partial
@@ -201,7 +204,7 @@ def _exported_from(record: dict[str, Any], folder: Path, layout: IOLayout, entry
 def _discard(entry: Path, reason: str) -> None:
     """Move a bad entry aside (one rename, so no reader sees it half gone), then delete it."""
     get_logger().warning("export cache entry discarded, exporting again", path=str(entry), reason=reason)
-    aside = entry.with_name(f".{entry.name}.discarded-{uuid.uuid4().hex}")
+    aside = entry.with_name(f".{entry.name}.{os.getpid()}-discarded-{uuid.uuid4().hex}")
     try:
         os.replace(entry, aside)
     except OSError:
@@ -214,7 +217,7 @@ def _publish(entry: Path, exported: ExportedModel) -> None:
     """Add a fresh export to the cache. The build goes on without the cache when this fails."""
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+        staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.{os.getpid()}-", dir=entry.parent))
         try:
             files = {}
             for path in exported.files:

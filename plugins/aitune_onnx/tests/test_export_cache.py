@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +106,40 @@ def test_an_unreadable_record_is_exported_again(mlp_context: BuildContext, tmp_p
     ONNXRuntimeBackend().build(_in_build_folder(mlp_context, tmp_path, "b"))
     assert len(exports) == 2
     assert json.loads(record.read_text())["files"]
+
+
+KILLED_WRITER = """
+import os, signal, sys, types
+from pathlib import Path
+from aitune_onnx import export_cache
+
+def killed(path):  # the process is killed while it hashes what it staged
+    os.kill(os.getpid(), signal.SIGKILL)
+
+export_cache.file_sha256 = killed
+export_cache._publish(Path(sys.argv[1]), types.SimpleNamespace(files=[Path(sys.argv[2])]))
+"""
+
+
+def test_what_a_killed_writer_left_half_written_is_removed_and_an_old_unnamed_one_kept(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    exports_root = cache / export_cache.EXPORTS
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"\0" * 1000)
+    writer = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(exports_root / "somekey"), str(model)])
+    assert writer.wait() == -signal.SIGKILL
+    (staged,) = exports_root.iterdir()
+    assert staged.name.startswith(f".somekey.{writer.pid}-")  # named after its writer
+    assert (staged / "model.onnx").is_file() and not (exports_root / "somekey").exists()
+    older = exports_root / ".otherkey.k3x9q0ab"  # an older aitune's staging folder: no pid in its name
+    older.mkdir()
+
+    environment = {**os.environ, "AITUNE_CACHE_DIR": str(cache)}
+    command = [sys.executable, "-m", "aitune_core.cli", "cache", "prune"]
+    pruned = subprocess.run(command, env=environment, capture_output=True, text=True, check=True)
+    assert not staged.exists(), pruned.stdout  # its writer is gone: garbage
+    assert older.is_dir()  # its writer cannot be told: in use, as every folder without a pid
+    assert f"its process (pid {writer.pid}) is gone" in pruned.stderr
 
 
 def test_different_weights_get_their_own_entry(mlp_context: BuildContext, tmp_path: Path, exports: list[Path]) -> None:

@@ -9,9 +9,11 @@ What travels, and how often:
 * per candidate: the backend's registered name and config (plain data), and back where
   it runs (worker and node), its summary row as JSON and, for an ahead-of-time backend
   that passed, its artifacts as bytes through the object store. The driver fetches
-  those as soon as the candidate passes and writes them under its own cache folder
+  those as soon as the candidate passes and writes them into build folders of its own
   (it restores every passed candidate to time it anyway), so a node that leaves the
-  cluster later takes nothing the tuning still needs.
+  cluster later takes nothing the tuning still needs. Those folders are named after the
+  driver's pid (:func:`aitune_ray.artifacts.unpack_artifacts`): the cache counts them
+  against its cap and removes them as it does the driver's own builds.
 
 Workers share no disk with the driver: each builds in its node's temporary folder and
 keeps builds in its node's own artifact store (:mod:`aitune_ray.nodes`).
@@ -56,6 +58,7 @@ from aitune_core.plugin_api.executors import (
     Answer,
     ExecutorError,
     RemoteExecutor,
+    builds_root,
     default_limit_mb,
 )
 from aitune_ray.artifacts import unpack_artifacts
@@ -232,7 +235,8 @@ class RayExecutor(RemoteExecutor):
                 return Answer.failed("run", f"timed out after {self.timeout_s:g} s", place.worker)
             answer = Answer.from_json(ray.get(next(stream)))
             if has_artifacts(answer.result):  # here before the node can go; written by this process, not the worker
-                answer.fetch = unpack_artifacts(ray.get(next(stream), timeout=self.timeout_s), graph.cache_dir)
+                packed = ray.get(next(stream), timeout=self.timeout_s)
+                answer.fetch = unpack_artifacts(packed, builds_root(graph.cache_dir))
             return answer
         except ray.exceptions.TaskCancelledError:
             return Answer.failed("run", "stopped: the strategy finished without it", place.worker)
@@ -243,7 +247,7 @@ class RayExecutor(RemoteExecutor):
                 graph.running.discard(stream)
 
     def fetch_artifacts(self, session: GraphSession, result: CandidateResult, fetch: Any) -> dict[str, str]:
-        return dict(fetch or {})  # written under the driver's cache folder when the candidate passed (:meth:`run`)
+        return dict(fetch or {})  # written into build folders of this process when the candidate passed (:meth:`run`)
 
     def cancel(self, handle: Any) -> None:
         graph: _Graph = handle

@@ -199,6 +199,12 @@ class ReportingJitBackend(SkipDelayBackend):
         super()._build(context)
 
 
+class OtherArtifactBackend(ArtifactBackend):
+    """A second :class:`ArtifactBackend`: two that pass, so that one of them loses."""
+
+    name = "test_ray_other_artifact"
+
+
 class ReportingAotBackend(ArtifactBackend):
     """:class:`ArtifactBackend` that reports where it builds (see :func:`report_build`)."""
 

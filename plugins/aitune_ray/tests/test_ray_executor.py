@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from ray_backends import (
     AbortBackend,
     ArtifactBackend,
     HangBackend,
+    OtherArtifactBackend,
     SkipDelayBackend,
     SlowDemoMLP,
 )
@@ -24,6 +28,8 @@ import aitune_core as ait
 from aitune_core import BackendState, TorchEagerBackend, TuneReport
 from aitune_core.testing.engine import capture, executor_names, get_executor_class, mlp_samples
 from aitune_ray import RayExecutor
+from aitune_ray import executor as ray_executor
+from aitune_ray.artifacts import unpack_artifacts
 
 pytestmark = pytest.mark.slow
 TIMEOUT_S = 8  # counted from when a worker takes the candidate; a healthy one needs a second or two
@@ -111,9 +117,53 @@ def test_aot_winner_artifacts_come_back_through_the_object_store(
     assert row.status == "selected" and row.worker.endswith(f"@{socket.gethostname()}")
     winner = module.backends["0"]
     assert isinstance(winner, ArtifactBackend) and winner.loaded_from is not None
-    assert winner.loaded_from.is_relative_to(ait.config.cache_dir / module.name / "0")  # written here, from bytes
+    assert winner.loaded_from.is_relative_to(ait.config.cache_dir.absolute() / "builds")  # written here, from bytes
     x = torch.randn(2, 512)
     torch.testing.assert_close(module(x), model(x))
+
+
+def test_fetched_artifacts_are_the_drivers_build_folders_and_go_when_nothing_serves_from_them(
+    local_ray: Any, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = ait.config.cache_dir.expanduser().absolute()
+    builds = cache / "builds"
+    # A driver that fetched a winner's files and then died: they are named after its pid, now gone.
+    code = (
+        "import sys; from pathlib import Path; from aitune_ray.artifacts import unpack_artifacts; "
+        "print(unpack_artifacts({'weights': ('builds/id/7-ab/weights.pt', b'0' * 1000)}, Path(sys.argv[1]))['weights'])"
+    )
+    ran = subprocess.run([sys.executable, "-c", code, str(builds)], check=True, capture_output=True, text=True)
+    left = Path(ran.stdout.strip())
+    assert left.is_file() and left.parent.parent == builds / "id"
+
+    fetched: list[Path] = []
+
+    def unpack(packed: Any, root: Path) -> dict[str, str]:
+        paths = unpack_artifacts(packed, root)
+        fetched.extend(Path(path).parent for path in paths.values())
+        return paths
+
+    monkeypatch.setattr(ray_executor, "unpack_artifacts", unpack)
+    model = SlowDemoMLP().eval()
+    module = ait.Module(model, unique_name())
+    report = tune(module, [ArtifactBackend(), OtherArtifactBackend()], RayExecutor(workers=1))
+    assert report.selected(module.name) == "ArtifactBackend()"  # as fast as the other (timed by the test's timer)
+    assert rows(report)["OtherArtifactBackend()"].status == "passed"  # fetched here too, and timed
+
+    assert not left.parent.exists()  # the next run removed what the gone driver left
+    winner = module.backends["0"]
+    assert isinstance(winner, ArtifactBackend) and winner.loaded_from is not None
+    folder = winner.loaded_from.parent
+    assert folder in fetched and len(fetched) == 2  # both passed, so both were fetched
+    assert all(path.parent.parent == builds and path.name.startswith(f"{os.getpid()}-") for path in fetched)
+    (loser,) = set(fetched) - {folder}
+    assert not loser.exists()  # nothing serves from it once the tune is done
+    assert not (cache / module.name).exists()  # nothing went outside the parts the cache sizes
+    x = torch.randn(2, 512)
+    torch.testing.assert_close(module(x), model(x))
+    del module, winner, report
+    gc.collect()
+    assert not folder.exists()  # the tuned module went, and its folder with it
 
 
 def test_ray_is_chosen_by_name_through_the_plugin(local_ray: Any, unique_name: Callable[[str], str]) -> None:

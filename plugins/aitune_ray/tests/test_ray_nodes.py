@@ -8,6 +8,7 @@ a Ray started here shares this process's cache.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from fake_ray import FakeRay
 from aitune_core.plugin_api import config
 from aitune_core.plugin_api.executors import Answer, ArtifactStore, CandidateResult, GraphPayload
 from aitune_ray import executor as ray_executor
+from aitune_ray.artifacts import unpack_artifacts
 from aitune_ray.executor import RayExecutor
 from aitune_ray.nodes import Place, on_this_node
 
@@ -49,12 +51,28 @@ def test_a_worker_keeps_builds_in_its_own_nodes_store_not_the_drivers(tmp_path: 
 def test_a_passed_candidates_artifacts_are_written_here_when_it_passes(fake_ray: FakeRay, tmp_path: Path) -> None:
     data = {"artifacts": {"weights": "/elsewhere/builds/id/7-ab/weights.pt"}, "is_jit": False}
     passed = Answer(CandidateResult("x", "passed", backend_data=data))
-    fake_ray.answers = [PLACE.to_data(), passed.to_json(), {"weights": ("builds/id/7-ab/weights.pt", b"bytes")}]
-    record = _run(RayExecutor(), tmp_path / "graph")
+    packed = {"weights": ("builds/id/7-ab/weights.pt", b"bytes"), "extra": ("extra/notes.txt", b"notes")}
+    fake_ray.answers = [PLACE.to_data(), passed.to_json(), packed]
+    config.cache_dir = tmp_path / "cache"
+    record = _run(RayExecutor(), tmp_path / "cache" / "module" / "0")
 
-    written = tmp_path / "graph" / "builds" / "id" / "7-ab" / "weights.pt"
-    assert record.backend_data is not None and record.backend_data["fetched"] == {"weights": str(written)}
-    assert written.read_bytes() == b"bytes"
+    # Into a build folder of this process (the driver), which the cache sizes and removes as its own builds.
+    assert record.backend_data is not None
+    written = {name: Path(path) for name, path in record.backend_data["fetched"].items()}
+    builds = (tmp_path / "cache" / "builds").absolute()
+    weights_folder, extra_folder = written["weights"].parent, written["extra"].parent.parent
+    assert weights_folder.parent == builds / "id" and written["weights"].name == "weights.pt"
+    assert extra_folder.parent == builds / "fetched"  # the worker wrote it outside a build folder
+    assert weights_folder.name.startswith(f"{os.getpid()}-") and extra_folder.name.startswith(f"{os.getpid()}-")
+    assert written["weights"].read_bytes() == b"bytes" and written["extra"].read_bytes() == b"notes"
+    assert not (tmp_path / "cache" / "module").exists()
+
+
+@pytest.mark.parametrize("relative", ["builds/../x/weights.pt", "builds/.hidden/7-ab/weights.pt", "../weights.pt"])
+def test_fetched_artifacts_never_land_outside_the_drivers_build_folders(tmp_path: Path, relative: str) -> None:
+    with pytest.raises(ValueError, match="weights"):
+        unpack_artifacts({"weights": (relative, b"bytes")}, tmp_path / "builds")
+    assert not any(path.is_file() for path in tmp_path.rglob("*"))
 
 
 def test_a_candidate_whose_node_left_is_a_failed_row_naming_the_node(fake_ray: FakeRay, tmp_path: Path) -> None:
