@@ -3,13 +3,12 @@
 All live candidates and eager are timed together in interleaved rounds at each
 serving batch size (:func:`aitune_core.profiling.compare.compare`). At each size, a
 candidate qualifies when the low end of its speedup's confidence interval clears the
-gate; the fastest qualifier wins. A qualifier that wins other sizes outright keeps a
-size from one not :data:`ONE_RUNTIME_MARGIN` faster there: one runtime's thread pool,
-memory and warm-up per graph, where a second would gain too little to measure (resnet18
-at torch's default threads: docs/benchmarks.md, "At the user's threads"). Otherwise,
-among qualifiers the measurements cannot tell apart, the one earlier in priority order
-wins, so that noise does not flip the choice from run to run.
-Sizes where nothing qualifies are eager's.
+gate; the fastest qualifier wins, and among qualifiers that the measurements cannot
+tell apart the one earlier in priority order wins, so that noise does not flip the
+choice from run to run. Sizes where nothing qualifies are eager's. Then a winner whose
+every size another winner serves within :data:`ONE_RUNTIME_MARGIN` gives those sizes up:
+one runtime's thread pool, memory and warm-up per graph, where a second would gain less
+than the tune can rank.
 
 The plan then merges neighbouring sizes with the same winner into batch ranges and
 keeps at most ``max_backends`` backends per graph: those that gain the most over the
@@ -142,12 +141,14 @@ Winners = dict[int | None, CandidateResult | None]
 """The winner at each batch size; None where eager serves."""
 
 
-ONE_RUNTIME_MARGIN = 1.05
+ONE_RUNTIME_MARGIN = 1.10
 """How much faster (the low end of its interval) a backend must be to take a size from one winning others.
 
 "Winning others": other sizes of the graph, outright. Under this margin a second runtime
-in the process gains too little to pay for its thread pool, memory and warm-up, and a
-gain that small is within what a default-threads tune can measure apart on a shared CPU.
+in the process does not pay for its thread pool, memory and warm-up, and at torch's
+default threads the tune cannot rank two runtimes that close the way they serve: timm
+resnet18 at batch 1 and two threads, ONNX Runtime measured 1.08x OpenVINO in the tune
+and served 0.87x of it afterwards (docs/benchmarks.md, "At the user's threads").
 """
 
 
@@ -177,21 +178,37 @@ def within(
 def winners(
     ranking: Ranking, contenders: list[CandidateResult], order: list[CandidateResult], allowed: Allowed | None = None
 ) -> Winners:
-    """The winner at every ranked size (see the module docstring for ties)."""
-    tied = {size: within(ranking, size, contenders, 1.0, allowed) for size in ranking.sizes}
-    outright: dict[int, int] = {}  # id(result) -> the sizes it wins with nothing tied to it
-    for found in tied.values():
-        if len(found) == 1:
-            outright[id(found[0])] = outright.get(id(found[0]), 0) + 1
-    chosen: Winners = {}
-    for size, found in tied.items():
-        near = within(ranking, size, contenders, ONE_RUNTIME_MARGIN, allowed)
-        serving_elsewhere = [r for r in near if outright.get(id(r))]
-        if serving_elsewhere:
-            chosen[size] = min(serving_elsewhere, key=lambda r: (-outright[id(r)], order.index(r)))
-        else:
-            chosen[size] = min(found, key=order.index) if found else None
-    return chosen
+    """The winner at every ranked size, then as few backends as :data:`ONE_RUNTIME_MARGIN` allows."""
+    won: Winners = {}
+    for size in ranking.sizes:
+        tied = within(ranking, size, contenders, 1.0, allowed)
+        won[size] = min(tied, key=order.index) if tied else None
+    return _fewer_runtimes(ranking, won, allowed)
+
+
+def _fewer_runtimes(ranking: Ranking, won: Winners, allowed: Allowed | None) -> Winners:
+    """Drop, least gain first, each backend whose every size another winner serves within the margin."""
+    won = dict(won)
+    dropped = True
+    while dropped:
+        dropped = False
+        serving = {id(w): w for w in won.values() if w is not None}
+        for result in sorted(serving.values(), key=lambda r: _gain(ranking, r, won)):
+            others = [r for r in serving.values() if r is not result]
+            taken: Winners = {}
+            for size, winner in won.items():
+                if winner is not result:
+                    continue
+                near = within(ranking, size, [result, *others], ONE_RUNTIME_MARGIN, allowed)
+                stand_in = [r for r in near if r is not result]
+                if not stand_in:
+                    break
+                taken[size] = stand_in[0]  # the fastest of them
+            else:
+                won.update(taken)
+                dropped = True
+                break
+    return won
 
 
 def plan(

@@ -346,10 +346,10 @@ def close_call(a_small: float, seed: int) -> MaxThroughputStrategy:
     return MaxThroughputStrategy(two_backends(), profile=SHORT_PROFILE, timer=timer)
 
 
-@pytest.mark.parametrize("a_small", [0.5e-3, 0.49e-3])
+@pytest.mark.parametrize("a_small", [0.5e-3, 0.47e-3])
 @pytest.mark.parametrize("seed", range(4))
 def test_a_size_won_by_a_hair_goes_to_the_backend_that_wins_the_others(unique_name, a_small, seed):
-    """a is first in priority order and as fast, or 2% faster, at batch 1-2: not worth a second runtime."""
+    """a is first in priority order and as fast, or 6% faster, at batch 1-2: not worth a second runtime."""
     module, report, route = run(unique_name, close_call(a_small, seed))
     assert served(route) == [(1, 32, "b")]
     assert rows_of(report)[named("a")].status == "passed"

@@ -11,12 +11,15 @@ call, a build or validation step, the live check) in a gap between serving calls
 (:mod:`aitune_jit.pacing`). A serving call then runs beside at most the one piece that
 had started before it came.
 
-Builds in child processes run at background priority, which an OpenMP team does not
-survive: its threads yield their cores at barriers and the scheduler gives them to the
-build until the next tick. So the first serving call in flight also holds the
-background builds still (:data:`~aitune_core.executors.isolated.priority.BACKGROUND_GROUPS`)
-until it ends, unless that would leave them less than :data:`BUILD_SHARE` of the time:
-a model served back to back still gets tuned.
+Builds in child processes run at background priority, which an OpenMP team that takes
+every core does not survive: its threads yield their cores at barriers and the scheduler
+gives them to the build until the next tick. So when the serving threads take every core
+the process may use (:func:`team_takes_every_core`, torch's default), the first serving
+call in flight also holds the background builds still
+(:data:`~aitune_core.executors.isolated.priority.BACKGROUND_GROUPS`) until it ends,
+unless that would leave them less than :data:`BUILD_SHARE` of the time: a model served
+back to back still gets tuned. With a core to spare (one thread of two), the build runs
+there and holding it would only slow the tuning down.
 
 Marking costs two list operations and an event per call, and two signals while a build
 runs, and only while a tuning job runs: a tuned model's calls check one flag.
@@ -34,6 +37,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
+
 from aitune_core.executors.isolated.priority import BACKGROUND_GROUPS, BackgroundGroups
 
 SETTLE_S = 0.002
@@ -47,6 +52,12 @@ BUILD_SHARE = 0.1
 _CAN_HOLD = hasattr(signal, "SIGSTOP") and hasattr(os, "killpg")
 
 
+def team_takes_every_core() -> bool:
+    """Whether a serving call's intra-op threads take every core this process may run on."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return torch.get_num_threads() >= cores
+
+
 class ServingCalls:
     """Serving calls in flight (marked by the serving threads) and the gaps between them (waited for by the JIT)."""
 
@@ -56,6 +67,7 @@ class ServingCalls:
         wait_limit_s: float = WAIT_LIMIT_S,
         clock: Callable[[], float] = time.perf_counter,
         builds: BackgroundGroups = BACKGROUND_GROUPS,
+        holds_builds: Callable[[], bool] = team_takes_every_core,
     ) -> None:
         self.watching = False
         """Whether serving calls are marked: only while a tuning job runs."""
@@ -70,6 +82,8 @@ class ServingCalls:
         self.waited = threading.Event()
         """Set when the JIT first had to wait for a serving call to end (tests wait for it)."""
         self._builds = builds
+        self._holds_builds = holds_builds
+        self._holding = False  # decided when a tuning job starts, at the threads it serves at
         self._held_s = 0.0  # how long the builds were last held still
         self._released_at = -math.inf
         self._held_at = 0.0
@@ -78,7 +92,7 @@ class ServingCalls:
     def serve(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``call(*args, **kwargs)``, marked in flight while it runs."""
         in_flight = self._in_flight
-        held = not in_flight and self._builds and self._hold_builds()
+        held = self._holding and not in_flight and self._builds and self._hold_builds()
         in_flight.append(None)
         self._last_start = next(self._starts)
         try:
@@ -94,7 +108,7 @@ class ServingCalls:
     def _hold_builds(self) -> bool:
         """Stop the background builds for a call, unless they would run less than :data:`BUILD_SHARE` of the time."""
         now = self._clock()
-        if not _CAN_HOLD or (now - self._released_at) * (1 - BUILD_SHARE) < self._held_s * BUILD_SHARE:
+        if (now - self._released_at) * (1 - BUILD_SHARE) < self._held_s * BUILD_SHARE:
             return False
         self._held_at = now
         self._builds.signal(signal.SIGSTOP)
@@ -108,11 +122,12 @@ class ServingCalls:
     @contextlib.contextmanager
     def watch(self) -> Iterator[None]:
         """Mark serving calls while the block runs (a tuning job)."""
+        self._holding = _CAN_HOLD and self._holds_builds()
         self.watching = True
         try:
             yield
         finally:
-            self.watching = False
+            self.watching = self._holding = False
 
     # ------------------------------------------------------------------ the JIT's side
     def wait_for_gap(self) -> int:

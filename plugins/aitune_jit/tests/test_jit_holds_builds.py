@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -10,9 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from aitune_core.executors.isolated.priority import BackgroundGroups
-from aitune_jit.serving import BUILD_SHARE, ServingCalls
+from aitune_jit.serving import BUILD_SHARE, ServingCalls, team_takes_every_core
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs POSIX job-control signals")
 
@@ -64,41 +66,64 @@ def build() -> Iterator[subprocess.Popen[bytes]]:
 def test_a_build_is_stopped_while_a_serving_call_runs_and_continues_after(build: subprocess.Popen[bytes]) -> None:
     groups = BackgroundGroups()
     groups.add(build.pid)
-    calls = ServingCalls(builds=groups)
-    seen = calls.serve(lambda: _becomes(build.pid, {"T", "t"}), (), {})
-    assert seen in {"T", "t"}
-    assert _becomes(build.pid, {"R", "S"}) in {"R", "S"}
-    groups.discard(build.pid)
-    assert calls.serve(lambda: _state(build.pid), (), {}) in {"R", "S"}  # a finished build is not signalled
+    calls = ServingCalls(builds=groups, holds_builds=lambda: True)
+    with calls.watch():
+        seen = calls.serve(lambda: _becomes(build.pid, {"T", "t"}), (), {})
+        assert seen in {"T", "t"}
+        assert _becomes(build.pid, {"R", "S"}) in {"R", "S"}
+        groups.discard(build.pid)
+        assert calls.serve(lambda: _state(build.pid), (), {}) in {"R", "S"}  # a finished build is not signalled
 
 
 def test_a_serving_call_after_a_long_hold_lets_the_builds_run_their_share() -> None:
     groups, clock = Recorded(), Clock()
-    calls = ServingCalls(clock=clock, builds=groups)
+    calls = ServingCalls(clock=clock, builds=groups, holds_builds=lambda: True)
 
     def long_call() -> None:
         clock.now += 1.0
 
-    calls.serve(long_call, (), {})  # held 1 s
-    assert groups.sent == [signal.SIGSTOP, signal.SIGCONT]
-    clock.now += 0.05  # the builds ran 0.05 s of 1.05: under their share
-    calls.serve(lambda: None, (), {})
-    assert groups.sent == [signal.SIGSTOP, signal.SIGCONT]
-    clock.now += 1.0 * BUILD_SHARE / (1 - BUILD_SHARE)  # now they had their share
-    calls.serve(lambda: None, (), {})
-    assert groups.sent == [signal.SIGSTOP, signal.SIGCONT] * 2
+    with calls.watch():
+        calls.serve(long_call, (), {})  # held 1 s
+        assert groups.sent == [signal.SIGSTOP, signal.SIGCONT]
+        clock.now += 0.05  # the builds ran 0.05 s of 1.05: under their share
+        calls.serve(lambda: None, (), {})
+        assert groups.sent == [signal.SIGSTOP, signal.SIGCONT]
+        clock.now += 1.0 * BUILD_SHARE / (1 - BUILD_SHARE)  # now they had their share
+        calls.serve(lambda: None, (), {})
+        assert groups.sent == [signal.SIGSTOP, signal.SIGCONT] * 2
 
 
 def test_nothing_is_signalled_without_builds_and_a_raising_call_still_continues_them() -> None:
     quiet = Recorded()
     quiet.discard(1)
-    ServingCalls(builds=quiet).serve(lambda: None, (), {})
+    calls = ServingCalls(builds=quiet, holds_builds=lambda: True)
+    with calls.watch():
+        calls.serve(lambda: None, (), {})
     assert quiet.sent == []
     groups = Recorded()
 
     def fails() -> None:
         raise RuntimeError("boom")
 
-    with pytest.raises(RuntimeError):
-        ServingCalls(builds=groups).serve(fails, (), {})
+    calls = ServingCalls(builds=groups, holds_builds=lambda: True)
+    with calls.watch(), pytest.raises(RuntimeError):
+        calls.serve(fails, (), {})
+    assert groups.sent == [signal.SIGSTOP, signal.SIGCONT]
+
+
+def test_with_a_core_to_spare_the_builds_run_on_through_serving_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One serving thread on two cores: the build has a core of its own, and holding it would only slow tuning."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert not team_takes_every_core()
+    groups = Recorded()
+    calls = ServingCalls(builds=groups)
+    with calls.watch():
+        calls.serve(lambda: None, (), {})
+    assert groups.sent == []
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # torch's default here: the team takes both
+    with calls.watch():
+        calls.serve(lambda: None, (), {})
+    assert groups.sent == [signal.SIGSTOP, signal.SIGCONT]
+    calls.serve(lambda: None, (), {})  # no tuning job: nothing held
     assert groups.sent == [signal.SIGSTOP, signal.SIGCONT]
