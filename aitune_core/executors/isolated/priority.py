@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
 
 
@@ -44,10 +45,9 @@ def thread_limits(threads: int) -> dict[str, str]:
 class BackgroundGroups:
     """The process groups of background builds running now, which a serving call may hold still while it runs.
 
-    Background priority is not enough beside an OpenMP team: a serving call's threads
-    that wait at a barrier yield their core, and the scheduler hands it to the runnable
-    background build until the next tick (resnet18 at two threads beside two
-    ``SCHED_IDLE`` processes: a median call of 844 ms against 11.4 ms; docs/benchmarks.md).
+    Background priority is not enough beside an OpenMP team that takes every core: the
+    JIT's demo CNN served at two threads took 280 to 296 ms a call (2.6 ms without the
+    build) while a build ran at ``SCHED_IDLE`` or at nice 19 (docs/benchmarks.md).
     A serving process that knows when its calls run (the JIT marks them) stops these
     groups with ``SIGSTOP`` for the length of a call and continues them after it. A group
     whose parent process dies while stopped is continued by the kernel (an orphaned
@@ -58,10 +58,15 @@ class BackgroundGroups:
     def __init__(self) -> None:
         self._groups: frozenset[int] = frozenset()  # replaced whole: readers never see a half-made set
         self._lock = threading.Lock()
+        self._held = False
 
     def add(self, group: int) -> None:
+        """Count ``group`` in; one started while the others are held is held at once, with them."""
         with self._lock:
             self._groups = self._groups | {group}
+            if self._held:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(group, signal.SIGSTOP)
 
     def discard(self, group: int) -> None:
         """Forget ``group``; done before the group is killed and reaped, so its id is never signalled reused."""
@@ -73,6 +78,8 @@ class BackgroundGroups:
 
     def signal(self, signal_number: int) -> None:
         """Send ``signal_number`` to every group; a group that just ended is skipped."""
+        if signal_number in (getattr(signal, "SIGSTOP", None), getattr(signal, "SIGCONT", None)):
+            self._held = signal_number == signal.SIGSTOP
         for group in self._groups:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(group, signal_number)

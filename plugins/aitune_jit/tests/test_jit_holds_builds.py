@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from aitune_core.executors.isolated.priority import BackgroundGroups
-from aitune_jit.serving import BUILD_SHARE, ServingCalls, team_takes_every_core
+from aitune_jit.serving import HOLD_WINDOW_S, ServingCalls, team_takes_every_core
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs POSIX job-control signals")
 
@@ -75,22 +75,45 @@ def test_a_build_is_stopped_while_a_serving_call_runs_and_continues_after(build:
         assert calls.serve(lambda: _state(build.pid), (), {}) in {"R", "S"}  # a finished build is not signalled
 
 
-def test_a_serving_call_after_a_long_hold_lets_the_builds_run_their_share() -> None:
-    groups, clock = Recorded(), Clock()
-    calls = ServingCalls(clock=clock, builds=groups, holds_builds=lambda: True)
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads process states from /proc")
+def test_a_build_started_during_a_held_call_is_held_with_the_others(build: subprocess.Popen[bytes]) -> None:
+    groups = BackgroundGroups()
+    calls = ServingCalls(builds=groups, holds_builds=lambda: True)
+    ended = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    ended.wait()
+    groups.add(ended.pid)  # a build that has ended: holding goes on for the rest
 
-    def long_call() -> None:
-        clock.now += 1.0
+    def starts_a_build() -> str:
+        groups.add(build.pid)  # the subprocess executor starts a child mid-call
+        return _becomes(build.pid, {"T", "t"})
 
     with calls.watch():
-        calls.serve(long_call, (), {})  # held 1 s
-        assert groups.sent == [signal.SIGSTOP, signal.SIGCONT]
-        clock.now += 0.05  # the builds ran 0.05 s of 1.05: under their share
-        calls.serve(lambda: None, (), {})
-        assert groups.sent == [signal.SIGSTOP, signal.SIGCONT]
-        clock.now += 1.0 * BUILD_SHARE / (1 - BUILD_SHARE)  # now they had their share
-        calls.serve(lambda: None, (), {})
-        assert groups.sent == [signal.SIGSTOP, signal.SIGCONT] * 2
+        assert calls.serve(starts_a_build, (), {}) in {"T", "t"}
+    assert _becomes(build.pid, {"R", "S"}) in {"R", "S"}
+
+
+def test_calls_back_to_back_leave_the_builds_their_share_of_each_window() -> None:
+    groups, clock = Recorded(), Clock()
+    calls = ServingCalls(clock=clock, builds=groups, holds_builds=lambda: True)
+    held = [signal.SIGSTOP, signal.SIGCONT]
+
+    def call(seconds: float) -> None:
+        def run() -> None:
+            clock.now += seconds
+
+        calls.serve(run, (), {})
+
+    with calls.watch():
+        call(0.3)  # one slow call (a stall): holding goes on
+        call(0.01)
+        assert groups.sent == held * 2
+        call(0.6)  # held 0.91 s of this window: the builds have what is left of it
+        sent = len(groups.sent)
+        call(0.01)
+        assert len(groups.sent) == sent
+        clock.now += HOLD_WINDOW_S  # a new window
+        call(0.01)
+        assert groups.sent[sent:] == held
 
 
 def test_nothing_is_signalled_without_builds_and_a_raising_call_still_continues_them() -> None:
