@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -122,7 +124,41 @@ def test_a_background_child_is_listed_for_serving_calls_to_hold_while_it_runs(tm
             threading.Event().wait(0.01)
         (group,) = BACKGROUND_GROUPS._groups - before
         assert os.getpgid(group) == group  # the child leads its own group: a signal reaches its compilers too
+        assert os.getsid(group) == os.getsid(0)  # in this session: orphaned, and continued, if this process dies
     finally:
         go.touch()
         runner.join(30)
     assert BACKGROUND_GROUPS._groups == before  # gone before its id can be reused
+
+
+# Starts a build-like child as the subprocess executor does, prints its pid, then waits to be killed.
+PARENT = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], process_group=0)
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads process states from /proc")
+def test_a_held_build_whose_serving_process_dies_is_not_left_stopped():
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    try:
+        stat = Path(f"/proc/{child}/stat")
+        os.killpg(child, signal.SIGSTOP)  # a serving call holds the build
+        for _ in range(1000):
+            if ") T " in stat.read_text():
+                break
+            threading.Event().wait(0.01)
+        parent.kill()  # and the serving process dies meanwhile
+        parent.wait()
+        for _ in range(1000):  # the kernel hangs the orphaned group up: the child ends (a zombie, or reaped)
+            if not stat.exists() or ") Z " in stat.read_text():
+                break
+            threading.Event().wait(0.01)
+        assert not stat.exists() or ") Z " in stat.read_text()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)

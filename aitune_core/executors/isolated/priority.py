@@ -49,10 +49,10 @@ class BackgroundGroups:
     JIT's demo CNN served at two threads took 280 to 296 ms a call (2.6 ms without the
     build) while a build ran at ``SCHED_IDLE`` or at nice 19 (docs/benchmarks.md).
     A serving process that knows when its calls run (the JIT marks them) stops these
-    groups with ``SIGSTOP`` for the length of a call and continues them after it. A group
-    whose parent process dies while stopped is continued by the kernel (an orphaned
-    process group with a stopped member is sent ``SIGHUP`` and ``SIGCONT``), so a
-    build is never left stopped for good.
+    groups with ``SIGSTOP`` for the length of a call and continues them after it. The
+    groups stay in the serving process's session, so that when it dies while they are
+    stopped they become orphaned, and the kernel sends their stopped members ``SIGHUP``
+    and ``SIGCONT``: a build is never left stopped for good.
     """
 
     def __init__(self) -> None:

@@ -23,7 +23,10 @@ its artifacts there, and write their answer as JSON (:mod:`.worker`).
 Each child leads a process group of its own, and the whole group is killed when the
 candidate ends, however it ends: compiler worker pools and helper processes a backend
 started die with it instead of holding memory for the rest of the tuning. (A helper
-that leaves the group on purpose, with ``setsid``, is out of reach.)
+that leaves the group on purpose, with ``setsid``, is out of reach.) The group stays in
+this process's session, so that it becomes an orphaned group when this process dies, and
+the kernel then sends its stopped members ``SIGHUP`` and ``SIGCONT`` (a JIT serving call
+holds background builds stopped while it runs, :mod:`.priority`).
 
 Costs: each child starts an interpreter and imports torch (a few seconds). Linux and
 macOS; on macOS the memory limit is not enforced.
@@ -142,7 +145,10 @@ class SubprocessExecutor(RemoteExecutor):
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=_child_environment(self.threads),
-                start_new_session=True,  # its own process group: a kill reaches its compiler workers too
+                # Its own process group (a kill reaches its compiler workers too), in this
+                # session: should this process die while a serving call holds the group
+                # stopped, the kernel continues it (with SIGHUP) instead of leaving it stopped.
+                process_group=0,
             )
         if self.background:
             step_aside(child.pid)  # at once, not when it gets to it: its imports would compete with serving
