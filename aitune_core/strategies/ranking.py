@@ -274,6 +274,16 @@ def lost_reason(
             f"fastest at batch {', '.join(map(str, won))}, but only {max_backends} backend"
             f"{'s' if max_backends != 1 else ''} per graph are kept (max_backends): those that gain most"
         )
+    fastest = [
+        _samples(ranking, size)
+        for size in ranking.sizes
+        if uncapped.get(size) is not None and _fastest_at(ranking, result, size)
+    ]
+    if fastest:
+        return "passed", (
+            f"fastest at batch {', '.join(map(str, fastest))}, but by less than {ONE_RUNTIME_MARGIN:.2f}x "
+            "over a backend serving the graph's other sizes: one runtime serves them all"
+        )
     if any(v == "faster" for v in verdicts.values()):
         return "passed", "others were faster at every batch size where it beat eager"
     size = max(ranking.sizes, key=lambda s: s or 0)
@@ -290,6 +300,15 @@ def lost_reason(
             f"the {gate:.2f}x gate needs the low end above it",
         )
     return "rejected", f"{speedup.describe()} eager{at}, below the {gate:.2f}x gate"
+
+
+def _fastest_at(ranking: Ranking, result: CandidateResult, size: int | None) -> bool:
+    """Whether ``result`` qualified at ``size`` and measured the most throughput of all ranked there."""
+    if ranking.verdict(result, size) != "faster":
+        return False
+    comparison = ranking.comparisons[size]
+    best = max(comparison.measurement(name).throughput for name in ranking.names.values())
+    return comparison.measurement(ranking.name(result)).throughput >= best
 
 
 def _samples(ranking: Ranking, size: int | None) -> Any:

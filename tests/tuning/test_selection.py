@@ -352,8 +352,16 @@ def test_a_size_won_by_a_hair_goes_to_the_backend_that_wins_the_others(unique_na
     """a is first in priority order and as fast, or 6% faster, at batch 1-2: not worth a second runtime."""
     module, report, route = run(unique_name, close_call(a_small, seed))
     assert served(route) == [(1, 32, "b")]
-    assert rows_of(report)[named("a")].status == "passed"
+    row = rows_of(report)[named("a")]
+    assert row.status == "passed"
+    assert "one runtime serves them all" in row.reason or "others were faster" in row.reason, row.reason
     assert reaches(module, route, 1) == "b"
+
+
+def test_a_backend_fastest_at_a_size_but_within_the_margin_says_why_it_serves_none(unique_name):
+    _, report, _ = run(unique_name, close_call(0.47e-3, seed=0))
+    reason = rows_of(report)[named("a")].reason
+    assert "fastest at batch 1, 2" in reason and "one runtime serves them all" in reason, reason
 
 
 @pytest.mark.parametrize("seed", range(2))
