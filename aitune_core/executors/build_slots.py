@@ -38,13 +38,18 @@ class Machine:
     memory_bytes: int | None
 
 
-def this_machine() -> Machine:
-    """The cores this process may run on (its affinity, not the whole machine's) and its memory."""
+def usable_cores() -> int:
+    """The cores this process may run on: its affinity, not the whole machine's."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS
         cores = os.cpu_count() or 1
-    return Machine(max(1, cores), machine_memory_bytes())
+    return max(1, cores)
+
+
+def this_machine() -> Machine:
+    """The cores this process may run on (:func:`usable_cores`) and its memory."""
+    return Machine(usable_cores(), machine_memory_bytes())
 
 
 def parallel_builds(machine: Machine, setting: int | None = None) -> int:

@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from aitune_core.executors.build_slots import usable_cores
 from aitune_core.executors.isolated.priority import BACKGROUND_GROUPS, BackgroundGroups
 
 SETTLE_S = 0.002
@@ -57,8 +58,7 @@ _CAN_HOLD = hasattr(signal, "SIGSTOP") and hasattr(os, "killpg")
 
 def team_takes_every_core() -> bool:
     """Whether a serving call's intra-op threads take every core this process may run on."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return torch.get_num_threads() >= cores
+    return torch.get_num_threads() >= usable_cores()
 
 
 class ServingCalls:
