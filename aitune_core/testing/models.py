@@ -5,10 +5,11 @@ and :class:`SmallMLP`, wide enough for quantized kernels to matter), convolution
 batch norm and pooling on images (:class:`TinyCNN`), a dynamic axis
 beside the batch axis (:class:`Tagger`, :class:`KeywordsAndDynamicAxis`), nested
 containers in and out with a non-tensor argument (:class:`Nested`), and an output whose
-size depends on the data (:class:`Positive`). A ``*_call(batch)`` function gives one
-call's ``(args, kwargs)`` at a batch size, as :func:`aitune_core.testing.recording.record`
-takes them. They are small enough that exporting or compiling one takes about a second
-on a two-core CPU.
+size depends on the data (:class:`Positive`), and a real transformer's weights
+(:class:`TinyBertClassifier`, which needs transformers). A ``*_call(batch)`` function
+gives one call's ``(args, kwargs)`` at a batch size, as
+:func:`aitune_core.testing.recording.record` takes them. They are small enough that
+exporting or compiling one takes about a second on a two-core CPU.
 """
 
 from __future__ import annotations
@@ -223,3 +224,32 @@ class ThreeBlocks(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.block3(self.block2(self.block1(x)))
+
+
+class TinyBertClassifier(torch.nn.Module):
+    """A tiny BERT (random weights, nothing from a hub) with a classification head on its first token.
+
+    What refit and adapter tests fine-tune: a real transformer's weights, small enough to
+    export in seconds. transformers is imported when one is made, never with this module.
+    """
+
+    VOCAB: ClassVar[int] = 64
+
+    def __init__(self) -> None:
+        import transformers
+
+        super().__init__()
+        config = transformers.BertConfig(
+            vocab_size=self.VOCAB,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=32,
+        )
+        self.bert = transformers.BertModel(config, add_pooling_layer=False)
+        self.head = torch.nn.Linear(32, 2)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        hidden: torch.Tensor = self.bert(input_ids=input_ids).last_hidden_state
+        return self.head(hidden[:, 0])

@@ -12,32 +12,12 @@ from refit_helpers import WAIT_S, tune_with
 from torch import nn
 
 import aitune_core as ait
+from aitune_core.testing.models import TinyBertClassifier
 
 transformers = pytest.importorskip("transformers")
 
 Name = Callable[[str], str]
-VOCAB, LENGTH, STEPS = 64, 8, 10
-
-
-class Classifier(nn.Module):
-    """A tiny BERT (random weights, nothing from a hub) with a classification head on its first token."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        config = transformers.BertConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=32,
-        )
-        self.bert = transformers.BertModel(config, add_pooling_layer=False)
-        self.head = nn.Linear(32, 2)
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        hidden: torch.Tensor = self.bert(input_ids=input_ids).last_hidden_state
-        return self.head(hidden[:, 0])
+VOCAB, LENGTH, STEPS = TinyBertClassifier.VOCAB, 8, 10
 
 
 def tokens(batch: int) -> torch.Tensor:
@@ -46,7 +26,7 @@ def tokens(batch: int) -> torch.Tensor:
 
 def test_fine_tuning_then_serving_answers_every_call_with_the_new_weights(unique_name: Name) -> None:
     assert ait.config.on_weight_change == "refit"
-    model = Classifier().eval()
+    model = TinyBertClassifier().eval()
     wrapped = ait.Module(model, unique_name("bert"))
     backend = tune_with(wrapped, CopyBackend(), [torch.randint(0, VOCAB, (LENGTH,)) for _ in range(4)])
     before = copy.deepcopy(model)

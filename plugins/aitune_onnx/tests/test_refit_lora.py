@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 import aitune_core as ait
+from aitune_core.testing.models import TinyBertClassifier
 from aitune_core.testing.timing import SHORT_PROFILE
 from aitune_onnx import ONNXRuntimeBackend
 
@@ -26,29 +27,8 @@ peft = pytest.importorskip("peft")
 
 pytestmark = pytest.mark.slow
 
-VOCAB, LENGTH, RANK = 64, 8, 4
+VOCAB, LENGTH, RANK = TinyBertClassifier.VOCAB, 8, 4
 _names = itertools.count()
-
-
-class Classifier(nn.Module):
-    """A tiny BERT with a classification head on its first token."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        config = transformers.BertConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=32,
-        )
-        self.bert = transformers.BertModel(config, add_pooling_layer=False)
-        self.head = nn.Linear(32, 2)
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        hidden: torch.Tensor = self.bert(input_ids=input_ids).last_hidden_state
-        return self.head(hidden[:, 0])
 
 
 def lora_config() -> Any:
@@ -68,7 +48,7 @@ def tuned(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, nn.Module, ait
     # The refits here are the explicit ones, not a background refit racing them.
     monkeypatch.setattr(ait.config, "on_weight_change", "eager")
     torch.manual_seed(0)
-    model = Classifier().eval()
+    model = TinyBertClassifier().eval()
     peft_model = peft.get_peft_model(model, lora_config(), adapter_name="first")
     peft_model.add_adapter("second", lora_config())
     peft_model.set_adapter("first")
