@@ -86,15 +86,21 @@ def test_step_aside_lowers_another_process():
     assert os.sched_getscheduler(0) != os.SCHED_IDLE
 
 
+def _background_executor(tmp_path: Path, script: str) -> SubprocessExecutor:
+    """A background executor whose "interpreter" is ``script``, and a graph folder for its job."""
+    python = tmp_path / "python"
+    python.write_text(script)
+    python.chmod(0o755)
+    (tmp_path / "graph").mkdir()
+    return SubprocessExecutor(python=str(python), background=True, memory_limit_mb=None)
+
+
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE") or not Path("/proc/self/stat").exists(), reason="Linux's /proc")
 def test_a_background_child_is_idle_from_its_start_not_from_its_own_call(tmp_path: Path):
     # The interpreter started is a script that never calls step_aside: only the executor can lower it.
     report = tmp_path / "policy"
-    python = tmp_path / "python"
-    python.write_text(POLICY_REPORTER.replace("REPORT", str(report)))
-    python.chmod(0o755)
-    (tmp_path / "graph").mkdir()
-    SubprocessExecutor(python=str(python), background=True, memory_limit_mb=None).run(_Job(tmp_path / "graph"), {})
+    executor = _background_executor(tmp_path, POLICY_REPORTER.replace("REPORT", str(report)))
+    executor.run(_Job(tmp_path / "graph"), {})
     assert report.read_text().strip() == str(os.SCHED_IDLE)
 
 
@@ -109,12 +115,8 @@ done
 
 def test_a_background_child_is_listed_for_serving_calls_to_hold_while_it_runs(tmp_path: Path):
     go = tmp_path / "go"
-    python = tmp_path / "python"
-    python.write_text(WAITER.replace("GO", str(go)))
-    python.chmod(0o755)
-    (tmp_path / "graph").mkdir()
+    executor = _background_executor(tmp_path, WAITER.replace("GO", str(go)))
     before = set(BACKGROUND_GROUPS._groups)
-    executor = SubprocessExecutor(python=str(python), background=True, memory_limit_mb=None)
     runner = threading.Thread(target=lambda: executor.run(_Job(tmp_path / "graph"), {}))
     runner.start()
     try:
