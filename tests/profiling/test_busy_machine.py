@@ -87,6 +87,32 @@ def test_the_wall_clock_reports_the_cpu_time_a_call_got():
     assert timed.cpu_share is not None and timed.cpu_share < 0.5
 
 
+def test_the_share_is_the_calling_threads_so_another_busy_thread_does_not_hide_a_wait():
+    """A pool thread of another runtime still spinning (or one counted a tick late) is not the call's CPU time."""
+    import threading
+
+    import torch
+
+    stop = threading.Event()
+    started = threading.Event()
+    matrix = torch.randn(256, 256)
+
+    def spin() -> None:
+        started.set()
+        while not stop.is_set():
+            torch.mm(matrix, matrix)
+
+    worker = threading.Thread(target=spin, daemon=True)
+    worker.start()
+    try:
+        started.wait()
+        timed = WallClock().time_round(EAGER, lambda: time.sleep(0.02), CALL, 1, 3)
+    finally:
+        stop.set()
+        worker.join()
+    assert timed.cpu_share is not None and timed.cpu_share < 0.3
+
+
 class SharesTimer(Timer):
     """Exact seconds and CPU shares per round, from given sequences (the first ``time`` of each is the probe)."""
 
