@@ -4,7 +4,7 @@
   over every installed plugin's default candidates) in ``n`` fresh processes. In each
   process, after ``tune()``, every candidate that passed validation is tuned again on
   its own (``OneBackendStrategy(b).enable_performance_validation(False)``) and the tuned
-  module, eager and each single backend are timed independently, alternating round by
+  module, eager and each single backend (built over every size the tune measured) are timed, alternating round by
   round at ``--threads``. Quality at a batch size is the best single variant's median time
   (eager included) over the tuned module's: 1.0 means the routing is as fast as the best
   one could have picked. For resnet18 (``AITUNE_BENCH_ALONE``) each variant is also timed
@@ -81,7 +81,6 @@ ONLY_MODELS = [name for name in os.environ.get("AITUNE_BENCH_SELECTION_MODELS", 
 
 # ---------------------------------------------------------------------- in the subprocess
 
-
 TIMM_MODELS = {"resnet18": "resnet18", "mobilenetv3": "mobilenetv3_small_100"}
 """timm architectures by bench name, each a 10-class classifier on 64x64 images."""
 
@@ -144,10 +143,8 @@ def _validated(candidate: Any) -> bool:
     """Passed validation (whatever the timing said), and is not plain eager itself."""
     import aitune_core as ait
 
-    if candidate.blueprint is None:
-        return False
     blueprint = candidate.blueprint
-    if isinstance(blueprint, ait.TorchEagerBackend) and not blueprint.config.autocast_enabled:
+    if blueprint is None or (isinstance(blueprint, ait.TorchEagerBackend) and not blueprint.config.autocast_enabled):
         return False
     return candidate.status in ("selected", "passed") or (
         candidate.status == "rejected" and candidate.stage == "performance"
@@ -204,6 +201,8 @@ def _selection_job(job: dict[str, Any]) -> dict[str, Any]:
     single_errors: dict[str, str] = {}
     single_routes: dict[str, dict[str, str]] = {}
     validated = {c.backend: c.blueprint for graph in report.graphs for c in graph.candidates if _validated(c)}
+    # Singles span the sizes the tune measured: built for 1-4 against a tuned 1-16, they were other models.
+    measured = sorted({*sizes, *(size for graph in report.graphs for c in graph.candidates for size in c.speedups)})
     if job.get("singles") is not None:  # later runs: only those that were fastest alone in the first
         validated = {label: b for label, b in validated.items() if label in job["singles"]}
     for index, (label, blueprint) in enumerate(validated.items()):
@@ -214,7 +213,7 @@ def _selection_job(job: dict[str, Any]) -> dict[str, Any]:
         timer = ScriptedTimer({"eager": 1.0}, default=1e-6)
         strategy = ait.OneBackendStrategy(blueprint, timer=timer).enable_performance_validation(False)
         try:
-            ait.tune(alone, samples, batch_sizes=sizes, strategy=strategy)
+            ait.tune(alone, samples, batch_sizes=measured, strategy=strategy)
         except Exception as error:  # reported; the others are still timed
             single_errors[label] = f"{type(error).__name__}: {error}"[:300]
             continue
