@@ -6,16 +6,16 @@ the round when a neighbour held a core. A round is disturbed when a variant wait
 ``WAIT_MARGIN`` of its wall time more than it usually does ("usually": a low quantile of
 its own rounds, so that a load that never leaves flags nothing).
 
-Where that is unknown (kernels without schedstats), the CPU share of the calling thread
-stands in: a round in which the call was preempted shows it too, its wall time running
-on while the thread gets no CPU time, though less clearly with a thread pool whose
-other threads spin through it. Each variant's share per wall second is steady on a
-quiet machine (about 1 where the caller computes, as torch, ONNX Runtime and OpenVINO
-do), so a round whose share falls well below that variant's usual share was
-disturbed, whatever the backend's own speed. The process's share is no such sign: its
-pool threads' time arrives up to a scheduler tick late (see
-:class:`~aitune_core.profiling.timer.TimedRound`), and at two threads on resnet18 it
-flagged half of the quiet rounds at batch 1, using up every retake on noise.
+Where that is unknown (kernels without schedstats), the CPU share stands in: a round in
+which this process was preempted shows it too, its wall time running on while the
+process gets no CPU time, though less clearly with a thread pool whose other threads
+spin through it. Each variant's share of CPU per wall second is steady on a quiet
+machine (about 1 for one thread, more for a backend with a thread pool), so a round
+whose share falls well below that variant's usual share was disturbed, whatever the
+backend's own speed. The share is read from each thread's own clock
+(:mod:`aitune_core.profiling.cpu_time`): the process clock counts a pool thread up to a
+scheduler tick late, and at two threads on resnet18 it flagged half of the quiet
+rounds at batch 1, using up every retake on noise.
 
 Disturbed rounds are retaken rather than counted: one of them out of a few would
 otherwise decide a verdict.

@@ -37,8 +37,8 @@ class ProfileConfig:
         Beside two bursty neighbours on two cores, about two rounds in three of four
         variants at two threads are disturbed: 48 leave about 24 clean ones.
     interference_threshold: where the run-queue wait is unknown, a round is disturbed
-        when a variant's calling thread got less than this share of its usual CPU time
-        per wall second in it (a preemption).
+        when a variant got less than this share of its usual CPU time per wall second
+        in it (a preemption).
     round_time_s: about how long one variant's part of a round takes.
     settle_calls: untimed calls of each variant at the start of each of its rounds, at
         most one fewer than the round's timed calls but at least one. The first calls

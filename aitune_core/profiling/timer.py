@@ -19,6 +19,7 @@ import attrs
 import torch
 
 from aitune_core.profiling.bursts import Bursts, BurstSchedule
+from aitune_core.profiling.cpu_time import process_cpu_s
 from aitune_core.profiling.idle import wait_until_idle
 from aitune_core.profiling.runqueue import runqueue_wait_s
 from aitune_core.validation.inputs import CallInputs
@@ -32,21 +33,14 @@ Latency = float | Callable[[int], float]
 
 @attrs.frozen
 class TimedRound:
-    """One variant's part of a round: each call's seconds, and what the calling thread got of the CPU meanwhile.
+    """One variant's part of a round: each call's seconds, and what the process got of the CPU meanwhile.
 
-    ``cpu_s`` against the summed latencies tells a round in which the call was
+    ``cpu_s`` against the summed latencies tells a round in which this process was
     preempted (wall time running on without CPU time) from one in which the backend was
-    slow; ``waited_s`` (the process's threads' time runnable but not running) tells it
-    also where a thread pool spins through the preemption of one of its threads. Either
-    is None where it cannot be known (device time, another OS, a timer that does not say).
-
-    ``cpu_s`` is the calling thread's, not the process's. The kernel brings a thread's
-    CPU time up to date only when that thread is switched out or at a scheduler tick, so
-    a pool thread running on the other core shows up to a tick late: resnet18 at batch 1
-    and two threads (3-5 ms calls) read a process share anywhere from 1.0 to 2.4 on a
-    quiet machine, and below 0.85 of its usual in 69 of 150 quiet ONNX Runtime calls and
-    81 of 150 OpenVINO ones, nearly all at full speed. The calling thread's own time is
-    exact, since it is read from that thread: 17 and 8 flagged quiet calls, each slow.
+    slow; ``waited_s`` (its threads' time runnable but not running) tells it also where
+    a thread pool spins through the preemption of one of its threads. Either is None
+    where it cannot be known (device time, another OS, a timer that does not say).
+    ``cpu_s`` is read from each thread's own clock (:mod:`aitune_core.profiling.cpu_time`).
     """
 
     latencies: list[float]
@@ -55,7 +49,7 @@ class TimedRound:
 
     @property
     def cpu_share(self) -> float | None:
-        """The calling thread's CPU seconds per wall second over the calls; None when unknown."""
+        """CPU seconds per wall second over the calls; None when unknown."""
         wall = sum(self.latencies)
         if self.cpu_s is None or wall <= 0:
             return None
@@ -84,7 +78,7 @@ class Timer(abc.ABC):
     def time_round(
         self, name: str, fn: Callable[..., Any], call: CallInputs, batch_size: int, calls: int
     ) -> TimedRound:
-        """:meth:`time`, with the CPU time the calling thread got during the calls where the timer knows it."""
+        """:meth:`time`, with the CPU time the process got during the calls where the timer knows it."""
         return TimedRound(self.time(name, fn, call, batch_size, calls))
 
     def switch(self) -> None:
@@ -95,8 +89,8 @@ class WallClock(Timer):
     """Real calls, timed with ``perf_counter``; on CUDA, on the device with events.
 
     On CUDA a call's time is the device's, between events recorded around it, so that
-    a host thread preempted after launching its work does not count; the CPU time is
-    read around each call either way (see :class:`TimedRound`). Between two
+    a host thread preempted after launching its work does not count; the process's CPU
+    time is read around each call either way (see :class:`TimedRound`). Between two
     variants' rounds it waits for the last one's thread pools to sleep
     (:func:`~aitune_core.profiling.idle.wait_until_idle`).
     """
@@ -131,11 +125,11 @@ class WallClock(Timer):
             for _ in range(calls):
                 args, kwargs = call.bound()
                 before = runqueue_wait_s()
-                used = time.thread_time()
+                used = process_cpu_s()
                 tick = time.perf_counter()
                 fn(*args, **kwargs)
                 latencies.append(time.perf_counter() - tick)
-                cpu += time.thread_time() - used
+                cpu += max(0.0, process_cpu_s() - used)
                 after = runqueue_wait_s()
                 if before is None or after is None:
                     known = False
@@ -153,13 +147,13 @@ def _device_round(fn: Callable[..., Any], call: CallInputs, calls: int) -> Timed
             args, kwargs = call.bound()
             torch.cuda.synchronize()  # a fresh copy of the inputs is made before the clock starts
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            used, tick = time.thread_time(), time.perf_counter()
+            used, tick = process_cpu_s(), time.perf_counter()
             start.record()
             fn(*args, **kwargs)
             end.record()
             end.synchronize()
             wall += time.perf_counter() - tick
-            cpu += time.thread_time() - used
+            cpu += max(0.0, process_cpu_s() - used)
             events.append((start, end))
     latencies = [start.elapsed_time(end) / 1e3 for start, end in events]
     # The host's share scales the device's latencies: only how far the host was preempted matters.
