@@ -6,9 +6,9 @@ candidate qualifies when the low end of its speedup's confidence interval clears
 gate; the fastest qualifier wins, and among qualifiers that the measurements cannot
 tell apart the one earlier in priority order wins, so that noise does not flip the
 choice from run to run. Sizes where nothing qualifies are eager's. Then a winner whose
-every size another winner serves within :data:`ONE_RUNTIME_MARGIN` gives those sizes up:
-one runtime's thread pool, memory and warm-up per graph, where a second would gain less
-than the tune can rank.
+every size another winner serves within :data:`ONE_RUNTIME_MARGIN` gives those sizes up,
+the one whose stand-ins lose least first: one runtime's thread pool, memory and warm-up
+per graph, where a second would gain less than the tune can rank.
 
 The plan then merges neighbouring sizes with the same winner into batch ranges and
 keeps at most ``max_backends`` backends per graph: those that gain the most over the
@@ -187,28 +187,48 @@ def winners(
 
 
 def _fewer_runtimes(ranking: Ranking, won: Winners, allowed: Allowed | None) -> Winners:
-    """Drop, least gain first, each backend whose every size another winner serves within the margin."""
+    """Drop, one at a time, the backend whose every size another winner serves within the margin, losing least.
+
+    What a drop loses is how much faster the dropped backend was than its stand-ins, not
+    how much faster than eager: the backend that wins batch 1, where eager is slowest,
+    has the largest gain over eager, and kept for that it took timm resnet18's batch 4
+    and 32 from one 1.17x faster there (docs/benchmarks.md, "At the user's threads").
+    """
     won = dict(won)
-    dropped = True
-    while dropped:
-        dropped = False
-        serving = {id(w): w for w in won.values() if w is not None}
-        for result in sorted(serving.values(), key=lambda r: _gain(ranking, r, won)):
-            others = [r for r in serving.values() if r is not result]
-            taken: Winners = {}
-            for size, winner in won.items():
-                if winner is not result:
-                    continue
-                near = within(ranking, size, [result, *others], ONE_RUNTIME_MARGIN, allowed)
-                stand_in = [r for r in near if r is not result]
-                if not stand_in:
-                    break
-                taken[size] = stand_in[0]  # the fastest of them
-            else:
-                won.update(taken)
-                dropped = True
-                break
-    return won
+    while True:
+        serving = list({id(w): w for w in won.values() if w is not None}.values())
+        drops: list[tuple[float, Winners]] = []
+        for result in serving:
+            taken = _stand_ins(ranking, result, [r for r in serving if r is not result], won, allowed)
+            if taken is not None:
+                drops.append((_loss(ranking, result, taken), taken))
+        if not drops:
+            return won
+        won.update(min(drops, key=lambda drop: drop[0])[1])
+
+
+def _stand_ins(
+    ranking: Ranking, result: CandidateResult, others: list[CandidateResult], won: Winners, allowed: Allowed | None
+) -> Winners | None:
+    """The fastest other winner within the margin at each size ``result`` wins; None if a size has none."""
+    taken: Winners = {}
+    for size, winner in won.items():
+        if winner is result:
+            near = within(ranking, size, [result, *others], ONE_RUNTIME_MARGIN, allowed)
+            stand_in = [r for r in near if r is not result]
+            if not stand_in:
+                return None
+            taken[size] = stand_in[0]
+    return taken
+
+
+def _loss(ranking: Ranking, result: CandidateResult, taken: Winners) -> float:
+    """How much slower the stand-ins serve ``result``'s sizes: the sum of log slowdowns."""
+    return sum(
+        math.log(ranking.speedup(result, size).median / ranking.speedup(stand_in, size).median)
+        for size, stand_in in taken.items()
+        if stand_in is not None
+    )
 
 
 def plan(

@@ -370,6 +370,20 @@ def test_a_size_won_by_a_clear_margin_keeps_its_own_backend(unique_name, seed):
     assert served(route) == [(1, 2, "a"), (3, 32, "b")]
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_of_two_runtimes_within_the_margin_the_one_whose_drop_loses_least_goes(unique_name, seed):
+    """a wins batch 1-2 by 5%, where eager is slowest; b wins 4-32 by 8%: keeping a would lose more."""
+    eager = {1: 4e-3, 2: 4e-3, 4: 2e-3, 8: 2e-3, 16: 2e-3, 32: 2e-3}
+    a = {1: 0.5e-3, 2: 0.5e-3, 4: 1.08e-3, 8: 1.08e-3, 16: 1.08e-3, 32: 1.08e-3}
+    b = {1: 0.525e-3, 2: 0.525e-3, 4: 1e-3, 8: 1e-3, 16: 1e-3, 32: 1e-3}
+    latencies = {EAGER: by_size(eager), named("a"): by_size(a), named("b"): by_size(b)}
+    timer = ScriptedTimer(latencies, seed=seed, noise=0.03)
+    module, report, route = run(unique_name, MaxThroughputStrategy(two_backends(), profile=SHORT_PROFILE, timer=timer))
+    assert served(route) == [(1, 32, "b")]
+    assert "one runtime serves them all" in rows_of(report)[named("a")].reason
+    assert reaches(module, route, 1) == "b"
+
+
 def three_way(max_backends: int) -> MaxThroughputStrategy:
     timer = ScriptedTimer({EAGER: 1e-3, **{named(label): by_size(times) for label, times in THREE.items()}})
     backends = [LabelBackend(label=label) for label in THREE]
