@@ -23,7 +23,9 @@ back to back still gets tuned. With a core to spare (one thread of two), the bui
 there and holding it would only slow the tuning down.
 
 Marking costs two list operations and an event per call, and two signals while a build
-runs, and only while a tuning job runs: a tuned model's calls check one flag.
+runs, and only while a tuning job runs: a tuned model's calls check one flag. A call holds
+the builds even when none runs yet, so that the first build, started by the JIT while
+the call runs, is held at once instead of running beside it.
 """
 
 from __future__ import annotations
@@ -95,7 +97,8 @@ class ServingCalls:
     def serve(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``call(*args, **kwargs)``, marked in flight while it runs."""
         in_flight = self._in_flight
-        held = self._holding and not in_flight and self._builds and self._hold_builds()
+        # Held even with no build running yet: one the JIT starts during this call is held at once.
+        held = self._holding and not in_flight and self._hold_builds()
         in_flight.append(None)
         self._last_start = next(self._starts)
         try:
@@ -121,7 +124,8 @@ class ServingCalls:
 
     def _release_builds(self) -> None:
         self._builds.signal(signal.SIGCONT)
-        self._held_in_window += self._clock() - self._held_at
+        if self._builds:  # a hold with nothing to hold took no time from the builds
+            self._held_in_window += self._clock() - self._held_at
 
     @contextlib.contextmanager
     def watch(self) -> Iterator[None]:

@@ -116,13 +116,36 @@ def test_calls_back_to_back_leave_the_builds_their_share_of_each_window() -> Non
         assert groups.sent[sent:] == held
 
 
-def test_nothing_is_signalled_without_builds_and_a_raising_call_still_continues_them() -> None:
-    quiet = Recorded()
-    quiet.discard(1)
-    calls = ServingCalls(builds=quiet, holds_builds=lambda: True)
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads process states from /proc")
+def test_the_first_build_started_during_a_call_is_held_though_nothing_was_running(
+    build: subprocess.Popen[bytes],
+) -> None:
+    """The JIT starts its first build while a serving call runs: no group existed when the call began."""
+    groups = BackgroundGroups()
+    calls = ServingCalls(builds=groups, holds_builds=lambda: True)
+
+    def starts_a_build() -> str:
+        groups.add(build.pid)
+        return _becomes(build.pid, {"T", "t"})
+
     with calls.watch():
+        assert calls.serve(starts_a_build, (), {}) in {"T", "t"}
+    assert _becomes(build.pid, {"R", "S"}) in {"R", "S"}
+
+
+def test_a_hold_with_no_build_takes_nothing_from_the_window_and_a_raising_call_still_continues_them() -> None:
+    quiet, clock = Recorded(), Clock()
+    quiet.discard(1)
+    calls = ServingCalls(clock=clock, builds=quiet, holds_builds=lambda: True)
+
+    def slow() -> None:
+        clock.now += 0.95
+
+    with calls.watch():
+        calls.serve(slow, (), {})  # nothing to hold: the window's share is untouched
+        quiet.add(1)
         calls.serve(lambda: None, (), {})
-    assert quiet.sent == []
+    assert quiet.sent == [signal.SIGSTOP, signal.SIGCONT] * 2
     groups = Recorded()
 
     def fails() -> None:
