@@ -20,7 +20,11 @@ executor is named too; everything else builds in-process, as ``tune`` does.
 The child runs at background priority (``SCHED_IDLE``, see
 :mod:`aitune_core.executors.isolated.priority`) from the moment it starts, imports
 included: it uses only the CPU time that serving leaves, and a serving call that wakes up
-takes its core back at once. It runs at the serving process's torch thread count, which
+takes its core back at once. One child per core builds at a time, up to one per
+candidate: on the demo CNN at two threads, one child built AOT Inductor in 22 s, then
+OpenVINO and ONNX Runtime in 6 s each, and the 1,500-call serving loop of ``python -m
+bench jit_serving`` ended before the JIT had timed anything. Each runs at the serving
+process's torch thread count, which
 is what it builds for: Inductor specializes its kernels for the thread count at compile
 time (at one thread, no parallel loops at all), so a child at one thread would build an
 AOT candidate that serves on one core of two.
@@ -36,6 +40,7 @@ import torch
 from torch import nn
 
 from aitune_core.config import config
+from aitune_core.executors.build_slots import usable_cores
 
 DEFAULT_EXECUTORS = ("auto", "inprocess")
 """``config.executor`` values that mean no executor was chosen: the default, and tuning's old default."""
@@ -67,8 +72,10 @@ def place(module: nn.Module, strategy: Any, executor: Any, device: torch.device,
     from aitune_core.strategies.max_throughput import MaxThroughputStrategy
 
     names = ", ".join(blueprint.describe() for blueprint in candidates)
-    child = SubprocessExecutor(threads=threads, background=True)
-    reason = f"in a child process at background priority, {threads} thread{'s' if threads != 1 else ''}: {names}"
+    at_once = max(1, min(len(candidates), usable_cores()))
+    child = SubprocessExecutor(workers=at_once, threads=threads, background=True)
+    reason = f"in a child process at background priority, {threads} thread{'s' if threads != 1 else ''}"
+    reason += f", {at_once} builds at a time: {names}" if at_once > 1 else f": {names}"
     return Placement(child, MaxThroughputStrategy(candidates), reason, owned=True)
 
 

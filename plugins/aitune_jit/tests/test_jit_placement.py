@@ -69,13 +69,26 @@ def defaults(monkeypatch: pytest.MonkeyPatch, *kinds: Backend) -> None:
 
 def test_default_candidates_that_compile_elsewhere_build_in_a_child(monkeypatch: pytest.MonkeyPatch) -> None:
     defaults(monkeypatch, AotKind(), JitKind())
+    monkeypatch.setattr(placement, "usable_cores", lambda: 1)
     chosen = placement.place(Local(), None, None, CPU, 2)
+    assert chosen.executor.workers == 1
     assert isinstance(chosen.executor, SubprocessExecutor) and chosen.owned
     # Built at the serving count (Inductor specializes kernels for it), in CPU time serving leaves.
     assert chosen.executor.background and chosen.executor.threads == 2
     assert chosen.executor.candidate_options() == {"threads": 2, "background": True}
     assert [type(b) for b in chosen.strategy.backends] == [AotKind, ait.TorchEagerBackend]
     assert chosen.reason == "in a child process at background priority, 2 threads: AotKind(), TorchEagerBackend()"
+
+
+def test_one_build_per_core_runs_at_a_time_up_to_one_per_candidate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The longest build (AOT) runs beside the others instead of before them, each still at the serving count."""
+    defaults(monkeypatch, AotKind(), AotKind())
+    monkeypatch.setattr(placement, "usable_cores", lambda: 2)
+    chosen = placement.place(Local(), None, None, CPU, 2)
+    assert chosen.executor.workers == 2 and chosen.executor.threads == 2
+    assert "2 builds at a time" in chosen.reason
+    monkeypatch.setattr(placement, "usable_cores", lambda: 16)
+    assert placement.place(Local(), None, None, CPU, 2).executor.workers == 3  # two AOT kinds and eager
 
 
 def test_only_jit_kind_defaults_stay_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
