@@ -22,7 +22,8 @@ from __future__ import annotations
 import os
 import time
 
-TASKS = "/proc/self/task"
+from aitune_core.profiling.threads_of_process import TASKS, sum_over_threads
+
 _PER_THREAD_SCHED_CLOCK = 6
 """Linux's clock id for a thread's scheduler CPU time is ``(~tid << 3) | 6`` (per-thread, sched)."""
 _readable: bool | None = None
@@ -51,14 +52,5 @@ def process_cpu_s() -> float:
         _readable = _threads_readable()
     if not _readable:
         return time.process_time()
-    try:
-        threads = os.listdir(TASKS)
-    except OSError:
-        return time.process_time()
-    total = 0.0
-    for thread in threads:
-        try:
-            total += time.clock_gettime(_thread_clock(int(thread)))
-        except (OSError, ValueError):  # the thread ended meanwhile
-            continue
-    return total
+    used = sum_over_threads(lambda thread: time.clock_gettime(_thread_clock(int(thread))))
+    return time.process_time() if used is None else used

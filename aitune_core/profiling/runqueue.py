@@ -15,9 +15,8 @@ interference is judged from the CPU share alone.
 
 from __future__ import annotations
 
-import os
+from aitune_core.profiling.threads_of_process import TASKS, sum_over_threads
 
-TASKS = "/proc/self/task"
 _available: bool | None = None
 
 
@@ -41,15 +40,10 @@ def runqueue_wait_s() -> float | None:
         _available = _schedstat_works()
     if not _available:
         return None
-    try:
-        threads = os.listdir(TASKS)
-    except OSError:
-        return None
-    total = 0
-    for thread in threads:
-        try:
-            with open(f"{TASKS}/{thread}/schedstat", "rb") as file:
-                total += int(file.read().split()[1])
-        except (OSError, ValueError, IndexError):  # the thread ended meanwhile
-            continue
-    return total / 1e9
+    waited_ns = sum_over_threads(_waited_ns)
+    return None if waited_ns is None else waited_ns / 1e9
+
+
+def _waited_ns(thread: str) -> int:
+    with open(f"{TASKS}/{thread}/schedstat", "rb") as file:
+        return int(file.read().split()[1])
