@@ -197,7 +197,7 @@ def _fewer_runtimes(ranking: Ranking, won: Winners, allowed: Allowed | None) -> 
     won = dict(won)
     while True:
         serving = list({id(w): w for w in won.values() if w is not None}.values())
-        drops: list[tuple[float, Winners]] = []
+        drops: list[tuple[float, dict[int | None, CandidateResult]]] = []
         for result in serving:
             taken = _stand_ins(ranking, result, [r for r in serving if r is not result], won, allowed)
             if taken is not None:
@@ -209,9 +209,9 @@ def _fewer_runtimes(ranking: Ranking, won: Winners, allowed: Allowed | None) -> 
 
 def _stand_ins(
     ranking: Ranking, result: CandidateResult, others: list[CandidateResult], won: Winners, allowed: Allowed | None
-) -> Winners | None:
+) -> dict[int | None, CandidateResult] | None:
     """The fastest other winner within the margin at each size ``result`` wins; None if a size has none."""
-    taken: Winners = {}
+    taken: dict[int | None, CandidateResult] = {}
     for size, winner in won.items():
         if winner is result:
             near = within(ranking, size, [result, *others], ONE_RUNTIME_MARGIN, allowed)
@@ -222,12 +222,11 @@ def _stand_ins(
     return taken
 
 
-def _loss(ranking: Ranking, result: CandidateResult, taken: Winners) -> float:
+def _loss(ranking: Ranking, result: CandidateResult, taken: dict[int | None, CandidateResult]) -> float:
     """How much slower the stand-ins serve ``result``'s sizes: the sum of log slowdowns."""
     return sum(
         math.log(ranking.speedup(result, size).median / ranking.speedup(stand_in, size).median)
         for size, stand_in in taken.items()
-        if stand_in is not None
     )
 
 
