@@ -72,7 +72,7 @@ def place(module: nn.Module, strategy: Any, executor: Any, device: torch.device,
     from aitune_core.strategies.max_throughput import MaxThroughputStrategy
 
     names = ", ".join(blueprint.describe() for blueprint in candidates)
-    at_once = max(1, min(len(candidates), usable_cores()))
+    at_once = min(len(candidates), usable_cores())
     child = SubprocessExecutor(workers=at_once, threads=threads, background=True)
     reason = f"in a child process at background priority, {threads} thread{'s' if threads != 1 else ''}"
     reason += f", {at_once} builds at a time: {names}" if at_once > 1 else f": {names}"
