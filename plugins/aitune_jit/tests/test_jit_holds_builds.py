@@ -76,12 +76,15 @@ def test_a_build_is_stopped_while_a_serving_call_runs_and_continues_after(build:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads process states from /proc")
-def test_a_build_started_during_a_held_call_is_held_with_the_others(build: subprocess.Popen[bytes]) -> None:
+@pytest.mark.parametrize("before", ["a build that has ended", "nothing"])
+def test_a_build_started_during_a_call_is_held_with_the_others(build: subprocess.Popen[bytes], before: str) -> None:
+    """Held whether or not another build was running when the call began (the JIT's first build is alone)."""
     groups = BackgroundGroups()
     calls = ServingCalls(builds=groups, holds_builds=lambda: True)
-    ended = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
-    ended.wait()
-    groups.add(ended.pid)  # a build that has ended: holding goes on for the rest
+    if before == "a build that has ended":
+        ended = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+        ended.wait()
+        groups.add(ended.pid)  # holding goes on for the rest
 
     def starts_a_build() -> str:
         groups.add(build.pid)  # the subprocess executor starts a child mid-call
@@ -114,23 +117,6 @@ def test_calls_back_to_back_leave_the_builds_their_share_of_each_window() -> Non
         clock.now += HOLD_WINDOW_S  # a new window
         call(0.01)
         assert groups.sent[sent:] == held
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads process states from /proc")
-def test_the_first_build_started_during_a_call_is_held_though_nothing_was_running(
-    build: subprocess.Popen[bytes],
-) -> None:
-    """The JIT starts its first build while a serving call runs: no group existed when the call began."""
-    groups = BackgroundGroups()
-    calls = ServingCalls(builds=groups, holds_builds=lambda: True)
-
-    def starts_a_build() -> str:
-        groups.add(build.pid)
-        return _becomes(build.pid, {"T", "t"})
-
-    with calls.watch():
-        assert calls.serve(starts_a_build, (), {}) in {"T", "t"}
-    assert _becomes(build.pid, {"R", "S"}) in {"R", "S"}
 
 
 def test_a_hold_with_no_build_takes_nothing_from_the_window_and_a_raising_call_still_continues_them() -> None:
