@@ -3,12 +3,13 @@
 * quality and agreement: each model is tuned with the defaults (``MaxThroughputStrategy()``
   over every installed plugin's default candidates) in ``n`` fresh processes. In each
   process, after ``tune()``, every candidate that passed validation is tuned again on
-  its own (``OneBackendStrategy(b).enable_performance_validation(False)``) and the tuned
-  module, eager and each single backend (built over every size the tune measured) are timed, alternating round by
-  round at ``--threads``. Quality at a batch size is the best single variant's median time
-  (eager included) over the tuned module's: 1.0 means the routing is as fast as the best
-  one could have picked. For resnet18 (``AITUNE_BENCH_ALONE``) each variant is also timed
-  alone in a process of its own (:mod:`bench.alone`). Agreement: how many runs chose the
+  its own (``OneBackendStrategy(b).enable_performance_validation(False)``), over every
+  size the tune measured, and the tuned module, eager and each single backend are timed
+  independently, alternating round by round at ``--threads``. Quality at a batch size is
+  the best single variant's median time (eager included) over the tuned module's: 1.0
+  means the routing is as fast as the best one could have picked. For resnet18
+  (``AITUNE_BENCH_ALONE``) each variant is also timed alone in a process of its own
+  (:mod:`bench.alone`). Agreement: how many runs chose the
   most common routing (the backend serving each of the user's batch sizes). Models: the
   bundled demo models, and timm's resnet18 and a tiny transformers BERT where those
   packages are installed (random weights, nothing downloaded);
