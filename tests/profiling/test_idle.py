@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from aitune_core.profiling.compare import Variant, compare
@@ -66,3 +68,31 @@ def test_compare_lets_pools_settle_before_every_variants_round() -> None:
     timed = [i for i, step in enumerate(timer.order) if step != "switch"][len(variants) :]  # after the calibration
     assert len(timed) >= 16
     assert all(timer.order[i - 1] == "switch" for i in timed)
+
+
+def test_a_pool_thread_spinning_on_another_core_is_waited_for_not_seen_a_tick_late() -> None:
+    """A real thread burns a core for 60 ms while the caller looks in 0.5 ms slices.
+
+    The process clock counted that thread only at scheduler ticks (every 4 ms here), so
+    nearly every slice read it as idle and the wait ended at once.
+    """
+    import hashlib
+    import threading
+
+    block = bytes(4 << 20)  # hashing it releases the GIL and never leaves the core: no switch updates the clock
+    waits = []
+    for _ in range(3):
+        started = threading.Event()
+
+        def spin(started: threading.Event = started) -> None:
+            end = time.perf_counter() + 0.06
+            while time.perf_counter() < end:
+                hashlib.sha256(block).digest()
+                started.set()
+
+        worker = threading.Thread(target=spin, daemon=True)
+        worker.start()
+        started.wait()
+        waits.append(wait_until_idle(limit_s=0.5))
+        worker.join()
+    assert sum(waited >= 0.04 for waited in waits) >= 2, waits
