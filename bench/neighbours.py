@@ -18,9 +18,10 @@ IDLE_S = (0.05, 0.4)
 COUNT = 2
 
 _LOOP = """
-import random, sys, time
+import os, random, sys, time
 rng = random.Random(int(sys.argv[1]))
-while True:
+parent = int(sys.argv[2])
+while os.getppid() == parent:  # a bench killed before its cleanup leaves no neighbour behind
     end = time.perf_counter() + rng.uniform({busy})
     while time.perf_counter() < end:
         pass
@@ -38,7 +39,7 @@ def bursty_neighbours(count: int = COUNT, seed: int = 0) -> Iterator[list[int]]:
     """Run ``count`` processes that alternate busy and idle (see BUSY_S, IDLE_S) until the block ends; their pids."""
     code = _LOOP.format(busy=f"{BUSY_S[0]}, {BUSY_S[1]}", idle=f"{IDLE_S[0]}, {IDLE_S[1]}")
     processes = [
-        subprocess.Popen([sys.executable, "-c", code, str(seed * 100 + index)], stdin=subprocess.DEVNULL)
+        subprocess.Popen([sys.executable, "-c", code, str(seed * 100 + index), str(os.getpid())], stdin=subprocess.DEVNULL)
         for index in range(count)
     ]
     try:
