@@ -16,10 +16,10 @@ the second run write over the first run's engine between its validation and its
 Workers that do not share this machine's cache (a cluster worker's scratch folder)
 get the same layout under their own folder.
 
-A build folder lives as long as what serves from it: :func:`hold` ties it to its
-build's context, so a candidate that lost loses its folder with its backend, and a
-winner's stays until the tuned module goes (or the process ends: finalizers run at
-exit). The pid that starts the last part names the process the folder belongs to: a
+A build folder lives as long as what serves from it
+(:mod:`aitune_core.backends.folder_lifetime`): a candidate that lost loses its folder
+when it is dropped, and a winner's stays until the tuned module goes (or the process
+ends: finalizers run at exit). The pid that starts the last part names the process the folder belongs to: a
 subprocess executor's child builds under its parent's pid (:func:`build_for`), since
 the parent restores the winner from the child's folder after the child has exited.
 Folders whose process is gone are garbage, which the next run removes
@@ -36,16 +36,12 @@ module per ``tune()`` (per graph in a worker), not per candidate.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import hashlib
 import os
-import shutil
 import tempfile
-import threading
 import weakref
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -139,15 +135,9 @@ def claim_build_folder(root: Path, identity: str) -> Path:
                 raise
 
 
-# ---------------------------------------------------------------------- ownership and lifetime
+# ---------------------------------------------------------------------- ownership
 _owner: int | None = None
 """The pid this process names its build folders after, when that is not its own (:func:`build_for`)."""
-
-_holders: dict[str, int] = {}
-"""``folder -> how many live objects hold it`` (:func:`hold`)."""
-
-_tunes_running = 0
-_lock = threading.Lock()
 
 
 def build_for(pid: int) -> None:
@@ -161,6 +151,11 @@ def build_for(pid: int) -> None:
     _owner = pid
 
 
+def building_for_another() -> bool:
+    """Whether this process builds for another (:func:`build_for`): then it ties no folder, its owner cleans up."""
+    return _owner is not None
+
+
 def owner_pid() -> int:
     """The pid that names this process's build folders: its own, or its owner's (:func:`build_for`)."""
     return _owner if _owner is not None else os.getpid()
@@ -170,81 +165,6 @@ def folder_owner(name: str) -> int | None:
     """The pid a folder named ``<pid>-<random>`` belongs to; None for a name without one."""
     head = name.split("-", 1)[0]
     return int(head) if head.isdigit() else None
-
-
-def hold(holder: object, folder: Path) -> None:
-    """Keep ``folder`` while ``holder`` lives (a build's context, a restored winner's), then remove it.
-
-    A folder held by several objects goes with the last of them. Finalizers also run at
-    interpreter exit, so a process that ends normally leaves no build folder behind; one
-    that is killed leaves folders named after its pid, which later runs remove. In a
-    process that builds for another (:func:`build_for`) nothing is tied: the owner cleans up.
-    """
-    if _owner is not None:
-        return
-    key = str(folder.expanduser().absolute())
-    with _lock:
-        _holders[key] = _holders.get(key, 0) + 1
-    weakref.finalize(holder, _let_go, key, os.getpid())
-
-
-def hold_artifacts(holder: object, paths: Iterable[str | Path]) -> None:
-    """Keep the build folders holding ``paths`` (a worker built them) while ``holder`` lives (the restored winner).
-
-    Paths outside a ``builds/<identity>/<build>`` folder are left alone.
-    """
-    folders = {folder for folder in map(build_folder_of, paths) if folder is not None}
-    for folder in sorted(folders):
-        hold(holder, folder)
-
-
-def build_folder_of(path: str | Path) -> Path | None:
-    """The ``builds/<identity>/<build>`` folder that ``path`` is in, or None."""
-    parts = Path(path).expanduser().absolute().parts
-    for index in range(len(parts) - 3, -1, -1):
-        if parts[index] == BUILDS:
-            return Path(*parts[: index + 3])
-    return None
-
-
-def is_held(folder: Path) -> bool:
-    """Whether a live object of this process holds ``folder`` (see :func:`hold`)."""
-    with _lock:
-        return _holders.get(str(folder.expanduser().absolute()), 0) > 0
-
-
-def _let_go(key: str, pid: int) -> None:
-    if os.getpid() != pid:  # a forked child inherited the finalizer: the folder is its parent's
-        return
-    with _lock:
-        count = _holders.get(key, 0) - 1
-        if count > 0:
-            _holders[key] = count
-            return
-        _holders.pop(key, None)
-    remove_build_folder(Path(key))
-
-
-def remove_build_folder(folder: Path) -> None:
-    """Remove a build folder, and its identity folder once that is empty."""
-    shutil.rmtree(folder, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        folder.parent.rmdir()  # fails while another build of the same identity is there
-
-
-def tune_started() -> None:
-    """Count a ``tune()`` running in this process: until none is, its unheld build folders may still be wanted."""
-    global _tunes_running
-    with _lock:
-        _tunes_running += 1
-
-
-def tune_finished() -> bool:
-    """Count a ``tune()`` as done; True when no other one still runs in this process."""
-    global _tunes_running
-    with _lock:
-        _tunes_running = max(0, _tunes_running - 1)
-        return _tunes_running == 0
 
 
 # ---------------------------------------------------------------------- a full disk

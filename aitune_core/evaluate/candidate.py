@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from aitune_core.backends import folder_lifetime
 from aitune_core.backends.artifacts import seal_passed
 from aitune_core.backends.base import Backend, BuildContext
 from aitune_core.backends.build_folders import disk_full_reason
@@ -199,18 +200,24 @@ def release(backend: Backend | None, guard: ModuleGuard | None = None) -> Module
     With ``guard``, the deactivation is a guarded step: a change it made to the user's
     module is undone and returned (a :class:`ModuleRestoreError` still propagates).
     """
-    if backend is None or backend.state is not BackendState.ACTIVE:
-        return None
-    if guard is None:
-        with contextlib.suppress(Exception):
-            backend.deactivate()
+    if backend is None:
         return None
     try:
-        with guard.step("deactivate"), contextlib.suppress(Exception):
-            backend.deactivate()
-    except ModuleChangedError as changed:
-        return changed
-    return None
+        if backend.state is not BackendState.ACTIVE:
+            return None
+        if guard is None:
+            with contextlib.suppress(Exception):
+                backend.deactivate()
+            return None
+        try:
+            with guard.step("deactivate"), contextlib.suppress(Exception):
+                backend.deactivate()
+        except ModuleChangedError as changed:
+            return changed
+        return None
+    finally:
+        if backend.context is not None:
+            folder_lifetime.let_go(backend.context)  # its folder goes now, not at the next garbage collection
 
 
 def discard(result: CandidateResult, backend: Backend | None = None, guard: ModuleGuard | None = None) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import torch
 
-from aitune_core.backends import build_folders
+from aitune_core.backends import build_folders, folder_lifetime
 from aitune_core.backends.base import Backend, BuildContext
 from aitune_core.backends.tolerances import Tolerances
 from aitune_core.graphs.forward_signature import ForwardSignature
@@ -99,5 +99,5 @@ class GraphSession:
             cache_dir=build_folders.claim_build_folder(build_folders.builds_root(self.cache_dir), identity),
             signature=self.signature,
         )
-        build_folders.hold(context, context.cache_dir)  # the folder goes with the last backend that uses it
+        folder_lifetime.hold(context, context.cache_dir)  # the folder goes with the last backend that uses it
         return context

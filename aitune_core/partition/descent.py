@@ -22,7 +22,7 @@ import attrs
 import torch
 from torch import nn
 
-from aitune_core.backends import build_folders
+from aitune_core.backends import build_folders, folder_lifetime
 from aitune_core.backends.base import Backend, BuildContext
 from aitune_core.backends.eager import is_plain_eager
 from aitune_core.backends.persistable import NotPersistableError
@@ -145,7 +145,7 @@ class Descent:
             cache_dir=build_folders.claim_build_folder(build_folders.builds_root(cache_dir), identity),
             signature=signature,
         )
-        build_folders.hold(context, context.cache_dir)
+        folder_lifetime.hold(context, context.cache_dir)
         try:
             with self.guard.step("build"):
                 backend.build(context)

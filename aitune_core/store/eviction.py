@@ -19,13 +19,12 @@ tidying at once may both remove something; neither removes what the other uses.
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from aitune_core.backends import build_folders
+from aitune_core.backends import folder_lifetime
 from aitune_core.config import config
 from aitune_core.log import get_logger
 from aitune_core.store.folders import remove_aside
@@ -112,15 +111,13 @@ def clear(root: Path, log: Any = None) -> Tidied:
 
 def tune_started(log: Any = None) -> None:
     """A ``tune()`` starts: count it, and remove what processes that are gone left in the cache."""
-    build_folders.tune_started()
+    folder_lifetime.tune_started()
     _quietly(lambda: tidy(cache_root(), None, log))
 
 
 def tune_finished(log: Any = None) -> None:
     """A ``tune()`` ends: remove its build folders that nothing serves from, then keep the cache under its cap."""
-    last = build_folders.tune_finished()
-    if last:
-        gc.collect()  # candidates that lost, held only by reference cycles, let go of their folders
+    last = folder_lifetime.tune_finished()  # candidates that lost let go of their folders when discarded
     _quietly(lambda: tidy(cache_root(), cap_bytes(), log, own_unheld=last))
 
 
@@ -143,7 +140,7 @@ def _remove(root: Path, unit: Unit) -> bool:
         return True
     if not unit.path.exists():
         return False
-    build_folders.remove_build_folder(unit.path)
+    folder_lifetime.remove_build_folder(unit.path)
     return True
 
 

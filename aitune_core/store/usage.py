@@ -46,7 +46,8 @@ from typing import Literal
 
 import attrs
 
-from aitune_core.backends.build_folders import BUILDS, folder_owner, is_held
+from aitune_core.backends.build_folders import BUILDS, folder_owner
+from aitune_core.backends.folder_lifetime import is_held
 from aitune_core.processes import pid_alive
 
 STORE = "store"

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from aitune_core.backends import build_folders
+from aitune_core.backends import folder_lifetime
 from aitune_core.backends.artifacts import ArtifactChangedError, ArtifactSeal, seal, seal_passed, verify_files
 from aitune_core.evaluate.candidate import release
 from aitune_core.evaluate.result import CandidateFailedError, CandidateRejectedError
@@ -201,7 +201,7 @@ class RemoteExecutor(Executor):
             step, how = "activate", "loaded from its artifacts"
         context = session.context(backend)
         context.cache_dir.mkdir(parents=True, exist_ok=True)
-        build_folders.hold_artifacts(context, artifacts.values())  # the worker's build folder goes with the winner
+        folder_lifetime.hold_artifacts(context, artifacts.values())  # the worker's build folder goes with the winner
         try:
             with guard.step(step):
                 (backend.build if step == "build" else backend.activate)(context)
