@@ -39,7 +39,9 @@ def bursty_neighbours(count: int = COUNT, seed: int = 0) -> Iterator[list[int]]:
     """Run ``count`` processes that alternate busy and idle (see BUSY_S, IDLE_S) until the block ends; their pids."""
     code = _LOOP.format(busy=f"{BUSY_S[0]}, {BUSY_S[1]}", idle=f"{IDLE_S[0]}, {IDLE_S[1]}")
     processes = [
-        subprocess.Popen([sys.executable, "-c", code, str(seed * 100 + index), str(os.getpid())], stdin=subprocess.DEVNULL)
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(seed * 100 + index), str(os.getpid())], stdin=subprocess.DEVNULL
+        )
         for index in range(count)
     ]
     try:

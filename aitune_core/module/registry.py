@@ -45,7 +45,10 @@ class ModuleRegistry(Generic[Wrapper]):
     @property
     def modules(self) -> dict[str, Wrapper]:
         with self._lock:
-            return dict(self._modules)
+            # items(), not dict(self._modules): that looks each name up again after listing
+            # them, and a wrapper collected in between (a garbage collection can run at any
+            # allocation) raised KeyError in the middle of tune().
+            return dict(self._modules.items())
 
     def __len__(self) -> int:
         return len(self._modules)
