@@ -37,7 +37,8 @@ def hold(holder: object, folder: Path) -> None:
     A folder held by several objects goes with the last of them. Finalizers also run at
     interpreter exit, so a process that ends normally leaves no build folder behind; one
     that is killed leaves folders named after its pid, which later runs remove. In a
-    process that builds for another (:func:`build_for`) nothing is tied: the owner cleans up.
+    process that builds for another (:func:`~aitune_core.backends.build_folders.build_for`)
+    nothing is tied: the owner cleans up.
     """
     if build_folders.building_for_another():
         return
