@@ -200,24 +200,18 @@ def release(backend: Backend | None, guard: ModuleGuard | None = None) -> Module
     With ``guard``, the deactivation is a guarded step: a change it made to the user's
     module is undone and returned (a :class:`ModuleRestoreError` still propagates).
     """
-    if backend is None:
+    if backend is None or backend.state is not BackendState.ACTIVE:
+        return None
+    if guard is None:
+        with contextlib.suppress(Exception):
+            backend.deactivate()
         return None
     try:
-        if backend.state is not BackendState.ACTIVE:
-            return None
-        if guard is None:
-            with contextlib.suppress(Exception):
-                backend.deactivate()
-            return None
-        try:
-            with guard.step("deactivate"), contextlib.suppress(Exception):
-                backend.deactivate()
-        except ModuleChangedError as changed:
-            return changed
-        return None
-    finally:
-        if backend.context is not None:
-            folder_lifetime.let_go(backend.context)  # its folder goes now, not at the next garbage collection
+        with guard.step("deactivate"), contextlib.suppress(Exception):
+            backend.deactivate()
+    except ModuleChangedError as changed:
+        return changed
+    return None
 
 
 def discard(result: CandidateResult, backend: Backend | None = None, guard: ModuleGuard | None = None) -> None:
@@ -225,8 +219,11 @@ def discard(result: CandidateResult, backend: Backend | None = None, guard: Modu
 
     ``backend``: the instance to release when it is not (or no longer) ``result.instance``.
     """
-    changed = release(backend if backend is not None else result.instance, guard)
+    dropped = backend if backend is not None else result.instance
+    changed = release(dropped, guard)
     result.instance = None
+    if dropped is not None and dropped.context is not None:
+        folder_lifetime.let_go(dropped.context)  # its folder goes now, not at the next garbage collection
     if changed is not None:
         if result.status != "failed":
             result.status, result.stage, result.reason = "failed", changed.step, str(changed)
