@@ -19,9 +19,10 @@ get the same layout under their own folder.
 A build folder lives as long as what serves from it
 (:mod:`aitune_core.backends.folder_lifetime`): a candidate that lost loses its folder
 when it is dropped, and a winner's stays until the tuned module goes (or the process
-ends: finalizers run at exit). The pid that starts the last part names the process the folder belongs to: a
-subprocess executor's child builds under its parent's pid (:func:`build_for`), since
-the parent restores the winner from the child's folder after the child has exited.
+ends: finalizers run at exit). The pid that starts the last part names the process the
+folder belongs to: a subprocess executor's child builds under its parent's pid
+(:func:`build_for`), since the parent restores the winner from the child's folder after
+the child has exited.
 Folders whose process is gone are garbage, which the next run removes
 (:mod:`aitune_core.store.eviction`); a live process's folders are never removed by
 another process.

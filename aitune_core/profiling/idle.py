@@ -15,8 +15,8 @@ The CPU time looked at is every thread's own clock (:mod:`~aitune_core.profiling
 The process clock counts a thread on another core only up to its last scheduler tick,
 so a 0.5 ms slice mostly read a spinning pool as idle: on resnet18 at two threads, the
 rounds after AOT Inductor's or eager's then ran beside torch's spinning OpenMP threads.
-ONNX Runtime measured 3.2-5.4 ms at batch 1 depending on which variant came before it
-(2.6-2.9 ms with the wait working), and 5-24 of every comparison's rounds were retaken.
+ONNX Runtime measured 3.0-5.4 ms at batch 1 depending on which variant came before it
+(2.6-2.9 ms with the wait working), and 2-24 of every comparison's rounds were retaken.
 """
 
 from __future__ import annotations
